@@ -1,0 +1,270 @@
+"""The `agl` command line: serve, worker, enqueue, rollouts, show, export."""
+
+from __future__ import annotations
+
+import importlib
+import json
+import logging
+import os
+import sys
+from pathlib import Path
+from typing import Any
+
+import click
+
+from agl._version import __version__
+
+SERVER_OPTION = click.option(
+    "--server", "server_url", envvar="AGL_SERVER_URL", default="http://127.0.0.1:8765", show_default=True,
+    help="URL of the agl server (env AGL_SERVER_URL).",
+)
+TOKEN_OPTION = click.option("--token", envvar="AGL_TOKEN", default=None, help="Bearer token of the server (env AGL_TOKEN).")
+
+
+def _client(server_url: str, token: str | None) -> Any:
+    from agl.client import Client
+
+    return Client(server_url, token=token)
+
+
+def _fail(message: str) -> None:
+    raise click.ClickException(message)
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(__version__, prog_name="agl")
+def cli() -> None:
+    """agl: train the LLM inside any agent with reinforcement learning.
+
+    Start a server (`agl serve`), run your agent in workers (`agl worker`), enqueue tasks, and look at what
+    happened (`agl rollouts`, `agl show`, `agl export`).
+    """
+
+
+@cli.command()
+@click.option("--run-dir", type=click.Path(file_okay=False, path_type=Path), default=Path("runs/default"),
+              show_default=True, help="Folder of the run; the store is RUN_DIR/agl.sqlite (reopened if present).")
+@click.option("--host", default="127.0.0.1", show_default=True,
+              help="Address to bind. Anything but loopback requires --token.")
+@click.option("--port", default=8765, show_default=True, type=int, help="Port to bind (0 picks a free one).")
+@TOKEN_OPTION
+@click.option("--upstream", envvar="AGL_UPSTREAM_URL", default=None,
+              help="OpenAI-compatible base URL the LLM proxy forwards to, e.g. http://127.0.0.1:8000/v1 (vLLM).")
+@click.option("--upstream-model", default=None, help="Model name to ask the upstream for (replaces the agent's).")
+@click.option("--upstream-api-key", envvar="AGL_UPSTREAM_API_KEY", default=None,
+              help="API key for the upstream (env AGL_UPSTREAM_API_KEY).")
+@click.option("--token-ids", type=click.Choice(["auto", "always", "never"]), default="auto", show_default=True,
+              help="Ask the upstream for exact token ids (vLLM's return_token_ids). 'auto' stops asking when the"
+                   " upstream rejects the parameter (hosted APIs); such calls are stored as not trainable.")
+@click.option("--served-model", default="agl-policy", show_default=True, help="Model name agents are told to use.")
+@click.option("--max-body-mb", default=32.0, show_default=True, type=float, help="Largest request body accepted.")
+@click.option("--log-level", default="warning", show_default=True,
+              type=click.Choice(["debug", "info", "warning", "error"]))
+def serve(run_dir: Path, host: str, port: int, token: str | None, upstream: str | None, upstream_model: str | None,
+          upstream_api_key: str | None, token_ids: str, served_model: str, max_body_mb: float, log_level: str) -> None:
+    """Start the agl server: store REST API (/api/v1, OpenAPI at /openapi.json), OTLP/HTTP receiver
+    (/v1/traces) and the LLM proxy (/rollout/{id}/attempt/{id}/v1/chat/completions).
+
+    Prints `AGL_SERVER_READY <url>` once it accepts connections.
+    """
+    from agl.server.app import ServerSettings, serve as run_server
+    from agl.server.proxy import UpstreamConfig
+
+    logging.basicConfig(level=log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    settings = ServerSettings(
+        run_dir=run_dir, host=host, port=port, token=token, served_model=served_model,
+        max_body_bytes=int(max_body_mb * 1024 * 1024),
+        upstream=UpstreamConfig(base_url=upstream, api_key=upstream_api_key, model=upstream_model, token_ids=token_ids),
+    )
+
+    def ready(url: str) -> None:
+        click.echo(f"AGL_SERVER_READY {url}", err=False)
+        click.echo(f"store: {run_dir / 'agl.sqlite'}  upstream: {upstream or '(none)'}", err=True)
+        sys.stdout.flush()
+
+    try:
+        run_server(settings, log_level=log_level, on_ready=ready)
+    except (ValueError, OSError) as exc:
+        _fail(str(exc))
+
+
+def load_agent(spec: str) -> Any:
+    """`package.module:function` → the function (a file path `path/to/file.py:function` works too)."""
+    if ":" not in spec:
+        _fail(f"agent {spec!r} must look like 'module:function' or 'path/file.py:function'")
+    module_name, _, attr = spec.rpartition(":")
+    if module_name.endswith(".py"):
+        path = Path(module_name).resolve()
+        if not path.exists():
+            _fail(f"agent file {path} does not exist")
+        sys.path.insert(0, str(path.parent))
+        module_name = path.stem
+    else:
+        sys.path.insert(0, os.getcwd())
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as exc:
+        _fail(f"cannot import {module_name!r}: {exc}")
+    fn = getattr(module, attr, None)
+    if fn is None:
+        _fail(f"module {module_name!r} has no attribute {attr!r}")
+    return fn
+
+
+def _run_worker(agent_spec: str, server_url: str, token: str | None, options: dict[str, Any],
+                max_rollouts: int | None, idle_exit_s: float | None) -> dict[str, int]:
+    from agl.runner import Runner, RunnerOptions
+
+    runner = Runner(load_agent(agent_spec), server_url, token=token, options=RunnerOptions(**options))
+    stats = runner.run(max_rollouts=max_rollouts, idle_exit_s=idle_exit_s)
+    return {"succeeded": stats.succeeded, "failed": stats.failed, "timeout": stats.timeout, "superseded": stats.superseded}
+
+
+@cli.command()
+@click.argument("agent")
+@SERVER_OPTION
+@TOKEN_OPTION
+@click.option("-n", "--concurrency", default=4, show_default=True, type=int, help="Rollouts run at once per process.")
+@click.option("-p", "--processes", default=1, show_default=True, type=int, help="Worker processes to start.")
+@click.option("--max-rollouts", default=None, type=int, help="Exit after this many rollouts (per process).")
+@click.option("--idle-exit", "idle_exit_s", default=None, type=float, help="Exit after this many seconds without work.")
+@click.option("--lease", "lease_s", default=30.0, show_default=True, type=float,
+              help="Lease of an attempt in seconds; a worker that stops heartbeating loses its rollouts after it.")
+@click.option("--heartbeat", "heartbeat_s", default=5.0, show_default=True, type=float, help="Heartbeat interval (s).")
+@click.option("--log-level", default="warning", show_default=True,
+              type=click.Choice(["debug", "info", "warning", "error"]))
+def worker(agent: str, server_url: str, token: str | None, concurrency: int, processes: int, max_rollouts: int | None,
+           idle_exit_s: float | None, lease_s: float, heartbeat_s: float, log_level: str) -> None:
+    """Run AGENT (`module:function` decorated with @agl.rollout) on rollouts claimed from the server."""
+    logging.basicConfig(level=log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    if heartbeat_s >= lease_s:
+        _fail(f"--heartbeat ({heartbeat_s}) must be shorter than --lease ({lease_s})")
+    load_agent(agent)  # fail fast with a clear message before any process starts
+    options = {"concurrency": concurrency, "lease_s": lease_s, "heartbeat_s": heartbeat_s}
+    args = (agent, server_url, token, options, max_rollouts, idle_exit_s)
+    if processes <= 1:
+        stats = _run_worker(*args)
+    else:
+        from concurrent.futures import ProcessPoolExecutor
+        from multiprocessing import get_context
+
+        with ProcessPoolExecutor(processes, mp_context=get_context("spawn")) as pool:
+            results = [f.result() for f in [pool.submit(_run_worker, *args) for _ in range(processes)]]
+        stats = {k: sum(r[k] for r in results) for k in results[0]}
+    click.echo(json.dumps(stats))
+
+
+@cli.command()
+@click.argument("tasks_file", type=click.Path(exists=True, dir_okay=False, path_type=Path))
+@SERVER_OPTION
+@TOKEN_OPTION
+@click.option("-n", "--group-size", "n", default=1, show_default=True, type=int, help="Rollouts per task.")
+@click.option("--mode", type=click.Choice(["train", "eval"]), default="train", show_default=True)
+@click.option("--max-attempts", default=3, show_default=True, type=int)
+@click.option("--timeout", "timeout_s", default=None, type=float, help="Per-rollout timeout in seconds.")
+def enqueue(tasks_file: Path, server_url: str, token: str | None, n: int, mode: str, max_attempts: int,
+            timeout_s: float | None) -> None:
+    """Enqueue the tasks of TASKS_FILE (JSONL: one task input per line, or {"id":..., "input":...})."""
+    from agl.schema import TaskIn
+
+    tasks = []
+    for lineno, line in enumerate(tasks_file.read_text().splitlines(), 1):
+        if not line.strip():
+            continue
+        try:
+            row = json.loads(line)
+        except json.JSONDecodeError as exc:
+            _fail(f"{tasks_file}:{lineno}: not valid JSON ({exc})")
+        if isinstance(row, dict) and "input" in row:
+            tasks.append(TaskIn(input=row["input"], id=row.get("id"), metadata=row.get("metadata", {})))
+        else:
+            tasks.append(TaskIn(input=row))
+    with _client(server_url, token) as client:
+        count = sum(
+            len(client.enqueue(t, n=n, mode=mode, max_attempts=max_attempts, timeout_s=timeout_s)) for t in tasks
+        )
+    click.echo(f"enqueued {count} rollouts of {len(tasks)} tasks")
+
+
+@cli.command()
+@SERVER_OPTION
+@TOKEN_OPTION
+@click.option("--status", type=click.Choice(["queued", "running", "succeeded", "failed", "cancelled"]), default=None)
+@click.option("--step", type=int, default=None, help="Only rollouts of this training step.")
+@click.option("--limit", default=50, show_default=True, type=int)
+@click.option("--offset", default=0, show_default=True, type=int)
+def rollouts(server_url: str, token: str | None, status: str | None, step: int | None, limit: int, offset: int) -> None:
+    """List rollouts with their status, attempts and final reward."""
+    from rich.console import Console
+    from rich.table import Table
+
+    with _client(server_url, token) as client:
+        items, total = client.list_rollouts(status=status, step=step, limit=limit, offset=offset)
+        counts = client.stats()["rollouts_by_status"]
+    table = Table(title=f"rollouts {offset + 1}-{offset + len(items)} of {total}  " + "  ".join(
+        f"{k}={v}" for k, v in sorted(counts.items())))
+    for col in ("rollout", "task", "status", "attempts", "reward", "mode", "step", "error"):
+        table.add_column(col)
+    colour = {"succeeded": "green", "failed": "red", "running": "yellow", "queued": "cyan", "cancelled": "magenta"}
+    for r in items:
+        table.add_row(
+            r.id, r.task_id, f"[{colour[r.status.value]}]{r.status.value}[/]", f"{r.attempt_count}/{r.max_attempts}",
+            "-" if r.final_reward is None else f"{r.final_reward:g}", r.mode, "" if r.step is None else str(r.step),
+            (r.error or "")[:60],
+        )
+    Console().print(table)
+
+
+@cli.command()
+@click.argument("rollout_id")
+@SERVER_OPTION
+@TOKEN_OPTION
+@click.option("--full", is_flag=True, help="Show every attempt and message previews.")
+@click.option("--json", "as_json", is_flag=True, help="Print the stored records as JSON instead.")
+def show(rollout_id: str, server_url: str, token: str | None, full: bool, as_json: bool) -> None:
+    """Show one rollout as a tree: attempts, agents, LLM calls with token counts, tool spans, rewards."""
+    from agl.client import NotFound
+
+    with _client(server_url, token) as client:
+        try:
+            detail = client.rollout_detail(rollout_id)
+        except NotFound as exc:
+            _fail(exc.message)
+    if as_json:
+        click.echo(detail.model_dump_json(indent=2))
+        return
+    from rich.console import Console
+
+    from agl.cli.show import render_rollout
+
+    Console().print(render_rollout(detail, full=full))
+
+
+@cli.command()
+@SERVER_OPTION
+@TOKEN_OPTION
+@click.option("-o", "--output", type=click.Path(dir_okay=False, path_type=Path), default=None,
+              help="JSONL file to write (default: standard output).")
+@click.option("--step", type=int, default=None, help="Only rollouts of this training step.")
+@click.option("--all-calls", is_flag=True, help="Also export calls that are not trainable (no token ids, errors).")
+def export(server_url: str, token: str | None, output: Path | None, step: int | None, all_calls: bool) -> None:
+    """Export the LLM calls of finished rollouts (final attempts only) as JSONL, ready to become transitions."""
+    with _client(server_url, token) as client:
+        out = output.open("wb") if output else sys.stdout.buffer
+        count = 0
+        try:
+            for line in client.export_llm_calls(step=step, trainable_only=not all_calls):
+                out.write(line.encode() + b"\n")
+                count += 1
+        finally:
+            if output:
+                out.close()
+    click.echo(f"exported {count} LLM calls" + (f" to {output}" if output else ""), err=True)
+
+
+def main() -> None:
+    cli(prog_name="agl")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,214 @@
+"""HTTP clients for the store API of `agl serve`: `Client` (sync, for scripts, the CLI and the trainer) and
+`AsyncClient` (for runners). Both raise `AglHTTPError` carrying the server's own message."""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Iterator, Sequence
+from typing import Any, TypeVar
+
+import httpx
+from pydantic import BaseModel, TypeAdapter
+
+from agl.schema import (
+    Attempt,
+    Claim,
+    EnqueueRequest,
+    ModelVersion,
+    ModelVersionIn,
+    RewardIn,
+    Rollout,
+    RolloutDetail,
+    SpanIn,
+    Task,
+    TaskIn,
+)
+
+API = "/api/v1"
+DEFAULT_SERVER = "http://127.0.0.1:8765"
+M = TypeVar("M")
+
+_claims = TypeAdapter(list[Claim])
+_rollouts = TypeAdapter(list[Rollout])
+
+
+class AglHTTPError(Exception):
+    def __init__(self, status: int, message: str) -> None:
+        super().__init__(f"HTTP {status}: {message}")
+        self.status = status
+        self.message = message
+
+
+class NotFound(AglHTTPError):
+    pass
+
+
+class Conflict(AglHTTPError):
+    pass
+
+
+def _raise_for(resp: httpx.Response) -> None:
+    if resp.status_code < 400:
+        return
+    try:
+        err = resp.json().get("error", {})
+        message = err.get("message") if isinstance(err, dict) else str(err)
+    except ValueError:
+        message = resp.text[:500]
+    cls = {404: NotFound, 409: Conflict}.get(resp.status_code, AglHTTPError)
+    raise cls(resp.status_code, message or resp.reason_phrase)
+
+
+def server_url_from_env(url: str | None = None) -> str:
+    return (url or os.environ.get("AGL_SERVER_URL") or DEFAULT_SERVER).rstrip("/")
+
+
+def _headers(token: str | None) -> dict[str, str]:
+    token = token or os.environ.get("AGL_TOKEN")
+    return {"authorization": f"Bearer {token}"} if token else {}
+
+
+def _json(model: BaseModel | Sequence[BaseModel] | dict[str, Any]) -> Any:
+    if isinstance(model, BaseModel):
+        return model.model_dump(mode="json", exclude_none=False)
+    if isinstance(model, dict):
+        return model
+    return [m.model_dump(mode="json") for m in model]
+
+
+class Client:
+    """Blocking client of the store API."""
+
+    def __init__(self, server_url: str | None = None, *, token: str | None = None, timeout: float = 60.0) -> None:
+        self.server_url = server_url_from_env(server_url)
+        self._http = httpx.Client(base_url=self.server_url, headers=_headers(token), timeout=timeout)
+
+    def close(self) -> None:
+        self._http.close()
+
+    def __enter__(self) -> Client:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def _call(self, method: str, path: str, body: Any = None, params: dict[str, Any] | None = None) -> Any:
+        resp = self._http.request(method, API + path, json=body, params=params)
+        _raise_for(resp)
+        return resp.json()
+
+    def info(self) -> dict[str, Any]:
+        return dict(self._call("GET", "/info"))
+
+    def stats(self) -> dict[str, Any]:
+        return dict(self._call("GET", "/stats"))
+
+    def add_task(self, task: TaskIn) -> Task:
+        return Task.model_validate(self._call("POST", "/tasks", _json(task)))
+
+    def enqueue(self, task: TaskIn | dict[str, Any] | str, *, n: int = 1, **options: Any) -> list[Rollout]:
+        """Enqueue `n` rollouts of a task: a `TaskIn`, a task input (dict) or an existing task id (str)."""
+        if isinstance(task, str):
+            req = EnqueueRequest(task_id=task, n=n, **options)
+        else:
+            req = EnqueueRequest(task=task if isinstance(task, TaskIn) else TaskIn(input=task), n=n, **options)
+        return _rollouts.validate_python(self._call("POST", "/rollouts", _json(req)))
+
+    def get_rollout(self, rollout_id: str) -> Rollout:
+        return Rollout.model_validate(self._call("GET", f"/rollouts/{rollout_id}"))
+
+    def get_rollouts(self, ids: Sequence[str]) -> list[Rollout]:
+        out: list[Rollout] = []
+        for start in range(0, len(ids), 200):
+            chunk = ",".join(ids[start : start + 200])
+            out += _rollouts.validate_python(self._call("GET", "/rollouts", params={"ids": chunk})["items"])
+        return out
+
+    def list_rollouts(
+        self, *, status: str | None = None, step: int | None = None, limit: int = 100, offset: int = 0
+    ) -> tuple[list[Rollout], int]:
+        params = {k: v for k, v in {"status": status, "step": step, "limit": limit, "offset": offset}.items() if v is not None}
+        page = self._call("GET", "/rollouts", params=params)
+        return _rollouts.validate_python(page["items"]), int(page["total"])
+
+    def rollout_detail(self, rollout_id: str) -> RolloutDetail:
+        return RolloutDetail.model_validate(self._call("GET", f"/rollouts/{rollout_id}/detail"))
+
+    def cancel(self, rollout_id: str) -> Rollout:
+        return Rollout.model_validate(self._call("POST", f"/rollouts/{rollout_id}/cancel"))
+
+    def wait(self, ids: Sequence[str], *, timeout: float | None = None, poll_s: float = 0.2) -> list[Rollout]:
+        """Block until every rollout is finished (succeeded, failed or cancelled)."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while True:
+            rollouts = self.get_rollouts(ids)
+            if all(r.status.terminal for r in rollouts):
+                return rollouts
+            if deadline is not None and time.monotonic() > deadline:
+                pending = sum(not r.status.terminal for r in rollouts)
+                raise TimeoutError(f"{pending} of {len(ids)} rollouts still unfinished after {timeout} s")
+            time.sleep(poll_s)
+
+    def publish_model_version(self, mv: ModelVersionIn) -> ModelVersion:
+        return ModelVersion.model_validate(self._call("POST", "/model_versions", _json(mv)))
+
+    def add_spans(self, spans: Sequence[SpanIn]) -> int:
+        return int(self._call("POST", "/spans", {"spans": _json(spans)})["stored"])
+
+    def add_rewards(self, rewards: Sequence[RewardIn]) -> int:
+        return int(self._call("POST", "/rewards", _json(rewards))["stored"])
+
+    def export_llm_calls(self, *, step: int | None = None, trainable_only: bool = True) -> Iterator[bytes]:
+        params: dict[str, Any] = {"trainable_only": trainable_only}
+        if step is not None:
+            params["step"] = step
+        with self._http.stream("GET", API + "/export/llm_calls", params=params) as resp:
+            if resp.status_code >= 400:
+                resp.read()
+                _raise_for(resp)
+            yield from resp.iter_lines()
+
+
+class AsyncClient:
+    """Non-blocking client with the calls a runner makes."""
+
+    def __init__(self, server_url: str | None = None, *, token: str | None = None, timeout: float = 60.0) -> None:
+        self.server_url = server_url_from_env(server_url)
+        self._http = httpx.AsyncClient(
+            base_url=self.server_url, headers=_headers(token), timeout=timeout,
+            limits=httpx.Limits(max_connections=64, max_keepalive_connections=64),
+        )
+
+    async def aclose(self) -> None:
+        await self._http.aclose()
+
+    async def _call(self, method: str, path: str, body: Any = None, timeout: float | None = None) -> Any:
+        kwargs: dict[str, Any] = {"json": body}
+        if timeout is not None:
+            kwargs["timeout"] = timeout
+        resp = await self._http.request(method, API + path, **kwargs)
+        _raise_for(resp)
+        return resp.json()
+
+    async def info(self) -> dict[str, Any]:
+        return dict(await self._call("GET", "/info"))
+
+    async def claim(self, worker_id: str, max_rollouts: int, *, lease_s: float, wait_s: float) -> list[Claim]:
+        body = {"worker_id": worker_id, "max_rollouts": max_rollouts, "lease_s": lease_s, "wait_s": wait_s}
+        return _claims.validate_python(await self._call("POST", "/claims", body, timeout=wait_s + 30))
+
+    async def heartbeat(self, attempt_id: str, lease_s: float) -> Attempt:
+        return Attempt.model_validate(await self._call("POST", f"/attempts/{attempt_id}/heartbeat", {"lease_s": lease_s}))
+
+    async def complete(
+        self, attempt_id: str, status: str, *, reward: float | None, error: str | None, after_llm_seq: int | None
+    ) -> Rollout:
+        body = {"status": status, "reward": reward, "error": error, "after_llm_seq": after_llm_seq}
+        return Rollout.model_validate(await self._call("POST", f"/attempts/{attempt_id}/complete", body))
+
+    async def add_spans(self, spans: Sequence[SpanIn]) -> int:
+        return int((await self._call("POST", "/spans", {"spans": _json(spans)}))["stored"])
+
+    async def add_rewards(self, rewards: Sequence[RewardIn]) -> int:
+        return int((await self._call("POST", "/rewards", _json(rewards)))["stored"])

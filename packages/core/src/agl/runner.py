@@ -1,0 +1,260 @@
+"""The runner: claims rollouts from the server and runs the agent on them, N at a time in one process.
+
+Each attempt holds a lease that a background loop renews with heartbeats; a runner that dies stops renewing,
+the server sees the lease expire and hands the rollout to another runner. Results, spans and rewards are sent
+with retries across server restarts; the server treats repeats as no-ops, so a result is recorded once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextvars
+import logging
+import math
+import os
+import random
+import socket
+import time
+import traceback
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import Any
+
+import httpx
+
+from agl.client import AglHTTPError, AsyncClient, Conflict, NotFound, server_url_from_env
+from agl.decorator import LLM, RolloutFunction, as_rollout_function
+from agl.schema import Claim
+from agl.tracing import http_inject
+from agl.tracing.context import RolloutContext, reset_rollout, set_rollout
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class RunnerStats:
+    succeeded: int = 0
+    failed: int = 0
+    timeout: int = 0
+    superseded: int = 0  # the server gave the rollout to another attempt (lease expired); result discarded
+
+    @property
+    def finished(self) -> int:
+        return self.succeeded + self.failed + self.timeout + self.superseded
+
+
+@dataclass
+class _Active:
+    claim: Claim
+    ctx: RolloutContext
+    task: asyncio.Task[None] | None = None
+    superseded: bool = False
+
+
+@dataclass
+class RunnerOptions:
+    concurrency: int = 4
+    lease_s: float = 30.0
+    heartbeat_s: float = 5.0
+    claim_wait_s: float = 2.0
+    retry_for_s: float = 120.0  # how long to keep re-sending a result while the server is unreachable
+    worker_id: str = field(default_factory=lambda: f"{socket.gethostname()}-{os.getpid()}-{random.randrange(16**4):04x}")
+
+
+class Runner:
+    """Run `agent` on rollouts claimed from the server at `server_url`."""
+
+    def __init__(
+        self,
+        agent: Any,
+        server_url: str | None = None,
+        *,
+        token: str | None = None,
+        model: str | None = None,
+        options: RunnerOptions | None = None,
+        **option_overrides: Any,
+    ) -> None:
+        self.agent: RolloutFunction = as_rollout_function(agent)
+        self.server_url = server_url_from_env(server_url)
+        self.token = token or os.environ.get("AGL_TOKEN")
+        self.model = model
+        self.options = options or RunnerOptions(**option_overrides)
+        self.stats = RunnerStats()
+        self._active: dict[str, _Active] = {}
+        self._executor: ThreadPoolExecutor | None = None
+        self._stopping = False
+
+    def stop(self) -> None:
+        """Stop claiming new rollouts; the ones running finish and are reported."""
+        self._stopping = True
+
+    def run(self, *, max_rollouts: int | None = None, idle_exit_s: float | None = None) -> RunnerStats:
+        return asyncio.run(self.run_async(max_rollouts=max_rollouts, idle_exit_s=idle_exit_s))
+
+    async def run_async(self, *, max_rollouts: int | None = None, idle_exit_s: float | None = None) -> RunnerStats:
+        """Claim and run rollouts until `max_rollouts` are done, or none came for `idle_exit_s`, or `stop()`."""
+        http_inject.install()
+        client = AsyncClient(self.server_url, token=self.token)
+        self._executor = ThreadPoolExecutor(max_workers=self.options.concurrency, thread_name_prefix="agl-agent")
+        heartbeats = asyncio.create_task(self._heartbeat_loop(client))
+        try:
+            info = await self._retry(client.info, what="reach the server")
+            model = self.model or info["served_model"]
+            await self._claim_loop(client, model, max_rollouts, idle_exit_s)
+        finally:
+            heartbeats.cancel()
+            for active in list(self._active.values()):
+                if active.task is not None:
+                    active.task.cancel()
+            await asyncio.gather(*(a.task for a in self._active.values() if a.task), return_exceptions=True)
+            await client.aclose()
+            self._executor.shutdown(wait=False, cancel_futures=True)
+        return self.stats
+
+    async def _claim_loop(
+        self, client: AsyncClient, model: str, max_rollouts: int | None, idle_exit_s: float | None
+    ) -> None:
+        started = 0
+        idle_since = time.monotonic()
+        tasks: set[asyncio.Task[None]] = set()
+        while not self._stopping:
+            if max_rollouts is not None and started >= max_rollouts:
+                break
+            free = self.options.concurrency - len(tasks)
+            if max_rollouts is not None:
+                free = min(free, max_rollouts - started)
+            if free <= 0:
+                _, tasks = await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
+                continue
+            try:
+                claims = await client.claim(
+                    self.options.worker_id, free, lease_s=self.options.lease_s, wait_s=self.options.claim_wait_s
+                )
+            except (httpx.TransportError, AglHTTPError) as exc:
+                log.warning("claim failed (%s); retrying", exc)
+                claims = []
+                await asyncio.sleep(1.0)
+            for claim in claims:
+                started += 1
+                tasks.add(asyncio.create_task(self._run_attempt(client, claim, model)))
+            tasks = {t for t in tasks if not t.done()}
+            if claims or tasks:
+                idle_since = time.monotonic()
+            elif idle_exit_s is not None and time.monotonic() - idle_since > idle_exit_s:
+                break
+        if tasks:
+            await asyncio.gather(*tasks, return_exceptions=True)
+
+    async def _run_attempt(self, client: AsyncClient, claim: Claim, model: str) -> None:
+        ctx = RolloutContext(rollout_id=claim.rollout.id, attempt_id=claim.attempt.id, server_url=self.server_url)
+        active = _Active(claim, ctx, asyncio.current_task())  # type: ignore[arg-type]
+        self._active[ctx.attempt_id] = active
+        llm = LLM(base_url=ctx.llm_base_url, model=model, api_key=self.token or "agl")
+        status, reward, error = "succeeded", None, None
+        token = set_rollout(ctx)
+        try:
+            call = self._call_agent(claim.task.input, llm)
+            timeout = claim.rollout.timeout_s
+            result = await (asyncio.wait_for(call, timeout) if timeout else call)
+            reward = _as_reward(result)
+        except asyncio.TimeoutError:
+            status, error = "timeout", f"the agent ran past the rollout's timeout of {claim.rollout.timeout_s} s"
+        except asyncio.CancelledError:
+            if not active.superseded:
+                raise
+            status = "superseded"
+        except Exception as exc:  # the agent's own failure: reported, retried by the server up to a limit
+            status = "failed"
+            error = "".join(traceback.format_exception_only(type(exc), exc)).strip()
+            log.info("rollout %s attempt %s failed: %s", ctx.rollout_id, ctx.attempt_id, error)
+        finally:
+            reset_rollout(token)
+            self._active.pop(ctx.attempt_id, None)
+        if status == "superseded":
+            self.stats.superseded += 1
+            return
+        try:
+            await self._flush(client, ctx, final=True)
+            await self._retry(
+                lambda: client.complete(ctx.attempt_id, status, reward=reward, error=error, after_llm_seq=ctx.last_llm_seq),
+                what=f"report attempt {ctx.attempt_id}",
+            )
+        except Conflict as exc:
+            log.warning("result of %s discarded by the server: %s", ctx.attempt_id, exc.message)
+            self.stats.superseded += 1
+            return
+        except (httpx.TransportError, AglHTTPError) as exc:
+            # Unreported: the lease will expire and the server retries the rollout elsewhere.
+            log.error("could not report attempt %s: %s", ctx.attempt_id, exc)
+            self.stats.failed += 1
+            return
+        setattr(self.stats, status, getattr(self.stats, status) + 1)
+
+    def _call_agent(self, task_input: Any, llm: LLM) -> Any:
+        if self.agent.is_async:
+            return self.agent(task_input, llm)
+        # A sync agent runs in a thread of its own pool with this task's context (rollout and scopes) copied in.
+        loop = asyncio.get_running_loop()
+        ctx = contextvars.copy_context()
+        return loop.run_in_executor(self._executor, ctx.run, self.agent, task_input, llm)
+
+    async def _flush(self, client: AsyncClient, ctx: RolloutContext, *, final: bool) -> None:
+        spans, rewards = ctx.recorder.drain()
+        if not spans and not rewards:
+            return
+        try:
+            if spans:
+                await self._retry(lambda: client.add_spans(spans), what="send spans", patient=final)
+            if rewards:
+                await self._retry(lambda: client.add_rewards(rewards), what="send rewards", patient=final)
+        except (httpx.TransportError, AglHTTPError) as exc:
+            if final:
+                raise
+            log.warning("could not send spans/rewards yet (%s); will retry", exc)
+            for s in spans:
+                ctx.recorder.add_span(s)
+            for r in rewards:
+                ctx.recorder.add_reward(r)
+
+    async def _heartbeat_loop(self, client: AsyncClient) -> None:
+        while True:
+            await asyncio.sleep(self.options.heartbeat_s)
+            for attempt_id, active in list(self._active.items()):
+                try:
+                    await client.heartbeat(attempt_id, self.options.lease_s)
+                except (Conflict, NotFound) as exc:
+                    log.warning("attempt %s was taken away (%s): cancelling it", attempt_id, exc.message)
+                    active.superseded = True
+                    if active.task is not None:
+                        active.task.cancel()
+                    continue
+                except (httpx.TransportError, AglHTTPError) as exc:
+                    log.warning("heartbeat for %s failed: %s", attempt_id, exc)
+                    continue
+                await self._flush(client, active.ctx, final=False)
+
+    async def _retry(self, fn: Any, *, what: str, patient: bool = True) -> Any:
+        """Call `fn` until it succeeds, re-trying transport errors and 5xx for `retry_for_s` (server restarts)."""
+        deadline = time.monotonic() + (self.options.retry_for_s if patient else 0)
+        delay = 0.1
+        while True:
+            try:
+                return await fn()
+            except (httpx.TransportError, AglHTTPError) as exc:
+                retriable = isinstance(exc, httpx.TransportError) or exc.status >= 500
+                if not retriable or time.monotonic() > deadline:
+                    raise
+                log.warning("could not %s (%s); retrying in %.1f s", what, exc, delay)
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, 2.0)
+
+
+def _as_reward(result: Any) -> float | None:
+    if result is None:
+        return None
+    if isinstance(result, bool) or not isinstance(result, (int, float)):
+        raise TypeError(f"the agent returned {type(result).__name__}; return a float reward or None")
+    value = float(result)
+    if not math.isfinite(value):
+        raise ValueError(f"the agent returned a reward of {value}; rewards must be finite")
+    return value

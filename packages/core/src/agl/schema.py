@@ -1,0 +1,272 @@
+"""The records agl stores: tasks, rollouts, attempts, spans, LLM calls, rewards, model versions.
+
+Everything that crosses a process boundary is one of these pydantic models, so the REST API, the store and
+the trainer agree on one shape. Floats that carry rewards refuse NaN and infinity: a NaN reward silently
+poisons every advantage it is averaged into.
+"""
+
+from __future__ import annotations
+
+import enum
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, JsonValue, field_validator
+
+class _Model(BaseModel):
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
+
+
+class RolloutStatus(str, enum.Enum):
+    queued = "queued"
+    running = "running"
+    succeeded = "succeeded"
+    failed = "failed"
+    cancelled = "cancelled"
+
+    @property
+    def terminal(self) -> bool:
+        return self in (RolloutStatus.succeeded, RolloutStatus.failed, RolloutStatus.cancelled)
+
+
+class AttemptStatus(str, enum.Enum):
+    running = "running"
+    succeeded = "succeeded"
+    failed = "failed"
+    timeout = "timeout"
+    lost = "lost"  # lease expired: the worker stopped heartbeating (killed, hung or partitioned)
+
+    @property
+    def terminal(self) -> bool:
+        return self is not AttemptStatus.running
+
+
+class RewardSource(str, enum.Enum):
+    explicit = "explicit"  # agl.emit_reward(...)
+    returned = "returned"  # the agent function returned a float
+    automatic = "automatic"  # created by an AIR rule from runtime signals
+
+
+class SpanStatus(str, enum.Enum):
+    unset = "unset"
+    ok = "ok"
+    error = "error"
+
+
+class Attribution(str, enum.Enum):
+    scope = "scope"  # the call arrived inside an agent scope that named its agent
+    unattributed = "unattributed"  # no agent scope was active: stored, flagged, never guessed
+
+
+# ----------------------------------------------------------------------------------------------- tasks
+
+
+class TaskIn(_Model):
+    input: JsonValue
+    id: str | None = Field(default=None, min_length=1, max_length=200)
+    metadata: dict[str, JsonValue] = Field(default_factory=dict)
+
+
+class Task(_Model):
+    id: str
+    input: JsonValue
+    metadata: dict[str, JsonValue]
+    created_at: float
+
+
+# -------------------------------------------------------------------------------------------- rollouts
+
+
+class EnqueueRequest(_Model):
+    """Ask for `n` rollouts of one task (an existing `task_id`, or a new `task`)."""
+
+    task_id: str | None = None
+    task: TaskIn | None = None
+    n: int = Field(default=1, ge=1, le=10_000)
+    mode: Literal["train", "eval"] = "train"
+    step: int | None = Field(default=None, ge=0)
+    max_attempts: int = Field(default=3, ge=1, le=100)
+    timeout_s: float | None = Field(default=None, gt=0)
+    metadata: dict[str, JsonValue] = Field(default_factory=dict)
+
+
+class Rollout(_Model):
+    id: str
+    task_id: str
+    mode: Literal["train", "eval"]
+    step: int | None
+    status: RolloutStatus
+    attempt_count: int
+    max_attempts: int
+    timeout_s: float | None
+    created_at: float
+    started_at: float | None
+    ended_at: float | None
+    final_attempt_id: str | None
+    final_reward: float | None
+    error: str | None
+    metadata: dict[str, JsonValue]
+
+
+class Attempt(_Model):
+    id: str
+    rollout_id: str
+    number: int
+    worker_id: str
+    status: AttemptStatus
+    started_at: float
+    heartbeat_at: float
+    lease_expires_at: float
+    ended_at: float | None
+    error: str | None
+
+
+class ClaimRequest(_Model):
+    worker_id: str = Field(min_length=1, max_length=200)
+    max_rollouts: int = Field(default=1, ge=1, le=1000)
+    lease_s: float = Field(default=30.0, gt=0, le=3600)
+    wait_s: float = Field(default=0.0, ge=0, le=60)
+
+
+class Claim(_Model):
+    rollout: Rollout
+    attempt: Attempt
+    task: Task
+
+
+class HeartbeatRequest(_Model):
+    lease_s: float = Field(default=30.0, gt=0, le=3600)
+
+
+class CompleteRequest(_Model):
+    status: Literal["succeeded", "failed", "timeout"]
+    reward: float | None = None  # a float the agent returned: stored as a reward of source "returned"
+    error: str | None = Field(default=None, max_length=20_000)
+    after_llm_seq: int | None = None
+
+
+# --------------------------------------------------------------------------------------------- rewards
+
+
+class RewardIn(_Model):
+    rollout_id: str
+    attempt_id: str
+    value: float
+    name: str = Field(default="reward", min_length=1, max_length=200)
+    source: RewardSource = RewardSource.explicit
+    after_llm_seq: int | None = Field(default=None, ge=0)
+    span_id: str | None = None
+    agent_name: str | None = None
+    timestamp: float | None = None
+    metadata: dict[str, JsonValue] = Field(default_factory=dict)
+    uid: str | None = Field(default=None, max_length=100)  # client-made key: a re-sent reward is stored once
+
+
+class Reward(RewardIn):
+    id: int
+    timestamp: float  # type: ignore[assignment]
+
+
+# ----------------------------------------------------------------------------------------------- spans
+
+
+class SpanIn(_Model):
+    """One finished span, OpenTelemetry-compatible (hex trace/span ids, unix-second times)."""
+
+    trace_id: str = Field(pattern=r"^[0-9a-f]{32}$")
+    span_id: str = Field(pattern=r"^[0-9a-f]{16}$")
+    parent_id: str | None = Field(default=None, pattern=r"^[0-9a-f]{16}$")
+    name: str = Field(min_length=1, max_length=1000)
+    kind: str = "internal"
+    start_time: float
+    end_time: float
+    attributes: dict[str, JsonValue] = Field(default_factory=dict)
+    status: SpanStatus = SpanStatus.unset
+    status_message: str | None = None
+    events: list[dict[str, JsonValue]] = Field(default_factory=list)
+    rollout_id: str | None = None
+    attempt_id: str | None = None
+    agent_name: str | None = None
+    source: Literal["agl", "otlp"] = "agl"
+
+    @field_validator("end_time")
+    @classmethod
+    def _ends_after_start(cls, v: float, info: Any) -> float:
+        start = info.data.get("start_time")
+        if start is not None and v < start:
+            raise ValueError(f"end_time {v} is before start_time {start}")
+        return v
+
+
+class Span(SpanIn):
+    pass
+
+
+class SpanBatch(_Model):
+    spans: list[SpanIn] = Field(max_length=100_000)
+
+
+# ------------------------------------------------------------------------------------------- LLM calls
+
+
+class LLMCall(_Model):
+    """One chat completion that went through the proxy, with the exact ids the backend consumed and produced."""
+
+    id: str
+    rollout_id: str
+    attempt_id: str
+    seq: int
+    agent_name: str | None
+    attribution: Attribution
+    trace_id: str | None
+    parent_span_id: str | None
+    model_requested: str | None
+    model: str | None
+    model_version: int | None
+    request: dict[str, JsonValue]  # messages, tools and sampling parameters as the agent sent them
+    response_message: dict[str, JsonValue] | None
+    prompt_ids: list[int] | None
+    response_ids: list[int] | None
+    logprobs: list[float] | None
+    finish_reason: str | None
+    stream: bool
+    status: Literal["ok", "error"]
+    http_status: int
+    error: str | None
+    started_at: float
+    latency_s: float
+    usage: dict[str, JsonValue]
+    trainable: bool
+    not_trainable_reason: str | None
+
+
+# -------------------------------------------------------------------------------------- model versions
+
+
+class ModelVersionIn(_Model):
+    name: str = Field(min_length=1, max_length=200)
+    upstream_model: str | None = None  # the model name the backend serves this version under
+    metadata: dict[str, JsonValue] = Field(default_factory=dict)
+
+
+class ModelVersion(ModelVersionIn):
+    version: int
+    created_at: float
+
+
+# ------------------------------------------------------------------------------------------------- views
+
+
+class RolloutDetail(_Model):
+    """Everything stored about one rollout, for `agl show` and the trainer."""
+
+    rollout: Rollout
+    task: Task
+    attempts: list[Attempt]
+    spans: list[Span]
+    llm_calls: list[LLMCall]
+    rewards: list[Reward]
+
+
+class Page(_Model):
+    items: list[Any]
+    total: int

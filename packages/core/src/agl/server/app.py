@@ -1,0 +1,339 @@
+"""`agl serve`: one process holding the store's REST API, the OTLP/HTTP traces receiver and the LLM proxy."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import ipaddress
+import logging
+from collections.abc import AsyncIterator, Callable
+from concurrent.futures import Future
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, TypeVar
+
+import orjson
+from fastapi import FastAPI, Query, Request
+from fastapi.exceptions import RequestValidationError
+from starlette.concurrency import run_in_threadpool
+from starlette.responses import JSONResponse, Response, StreamingResponse
+
+from agl._version import __version__
+from agl.schema import (
+    Attempt,
+    Claim,
+    ClaimRequest,
+    CompleteRequest,
+    EnqueueRequest,
+    HeartbeatRequest,
+    ModelVersion,
+    ModelVersionIn,
+    RewardIn,
+    Rollout,
+    RolloutDetail,
+    RolloutStatus,
+    SpanBatch,
+    Task,
+    TaskIn,
+)
+from agl.server.middleware import BearerTokenMiddleware, BodySizeLimitMiddleware
+from agl.server.otlp import otlp_success_response, parse_otlp_traces
+from agl.server.proxy import LLMProxy, UpstreamConfig
+from agl.store import ConflictError, NotFoundError, Store
+
+log = logging.getLogger(__name__)
+T = TypeVar("T")
+API = "/api/v1"
+
+
+@dataclass
+class ServerSettings:
+    run_dir: Path
+    host: str = "127.0.0.1"
+    port: int = 8765
+    token: str | None = None
+    upstream: UpstreamConfig = field(default_factory=lambda: UpstreamConfig(base_url=None))
+    served_model: str = "agl-policy"
+    max_body_bytes: int = 32 * 1024 * 1024
+    sweep_interval_s: float = 1.0
+
+
+def is_loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def check_bind(settings: ServerSettings) -> None:
+    """Refuse to expose the server beyond this machine without a token."""
+    if not is_loopback(settings.host) and not settings.token:
+        raise ValueError(
+            f"binding to {settings.host} exposes the server beyond this machine: give a token with --token or"
+            " AGL_TOKEN (every request must then carry 'Authorization: Bearer <token>')"
+        )
+
+
+def _error(status: int, message: str, type_: str) -> JSONResponse:
+    return JSONResponse({"error": {"message": message, "type": type_, "param": None, "code": None}}, status_code=status)
+
+
+def _describe_validation(exc: RequestValidationError) -> str:
+    parts = []
+    for err in exc.errors():
+        loc = ".".join(str(p) for p in err.get("loc", ()) if p != "body")
+        if err.get("type") == "json_invalid":
+            ctx = err.get("ctx") or {}
+            parts.append(f"request body is not valid JSON ({ctx.get('error', err.get('msg'))})")
+        else:
+            parts.append(f"{loc or 'body'}: {err.get('msg')}")
+    return "; ".join(parts) or "invalid request"
+
+
+class Server:
+    """The app and its state; `build_app()` returns the ASGI app with the guards in front."""
+
+    def __init__(self, settings: ServerSettings, store: Store | None = None) -> None:
+        check_bind(settings)
+        self.settings = settings
+        self.store = store or Store(settings.run_dir)
+        self.proxy = LLMProxy(self.store, settings.upstream, settings.served_model)
+        self._work_event: asyncio.Event | None = None
+        self.app = self._build_fastapi()
+
+    # ---------------------------------------------------------------------------------- helpers
+
+    async def _await(self, fut: Future[T]) -> T:
+        return await asyncio.wrap_future(fut)
+
+    def _wake_workers(self) -> None:
+        if self._work_event is not None:
+            self._work_event.set()
+            self._work_event = asyncio.Event()
+
+    async def _sweep_forever(self) -> None:
+        while True:
+            try:
+                if await self._await(self.store.expire_leases()):
+                    self._wake_workers()
+            except Exception:
+                log.exception("lease sweep failed")
+            await asyncio.sleep(self.settings.sweep_interval_s)
+
+    @contextlib.asynccontextmanager
+    async def _lifespan(self, app: FastAPI) -> AsyncIterator[None]:
+        self._work_event = asyncio.Event()
+        sweeper = asyncio.create_task(self._sweep_forever())
+        try:
+            yield
+        finally:
+            sweeper.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await sweeper
+            await self.proxy.aclose()
+            await asyncio.to_thread(self.store.close)
+
+    def build_app(self) -> Any:
+        app: Any = BodySizeLimitMiddleware(self.app, self.settings.max_body_bytes)
+        if self.settings.token:
+            app = BearerTokenMiddleware(app, self.settings.token)
+        return app
+
+    # ----------------------------------------------------------------------------------- routes
+
+    def _build_fastapi(self) -> FastAPI:  # noqa: C901 - one flat list of routes reads best
+        app = FastAPI(
+            title="agl server", version=__version__, lifespan=self._lifespan,
+            description="Store REST API, OTLP/HTTP traces receiver and token-exact LLM proxy of agl.",
+        )
+        store = self.store
+
+        @app.exception_handler(RequestValidationError)
+        async def _validation(_: Request, exc: RequestValidationError) -> JSONResponse:
+            return _error(422, _describe_validation(exc), "invalid_request_error")
+
+        @app.exception_handler(NotFoundError)
+        async def _not_found(_: Request, exc: NotFoundError) -> JSONResponse:
+            return _error(404, str(exc), "not_found")
+
+        @app.exception_handler(ConflictError)
+        async def _conflict(_: Request, exc: ConflictError) -> JSONResponse:
+            return _error(409, str(exc), "conflict")
+
+        @app.exception_handler(ValueError)
+        async def _value(_: Request, exc: ValueError) -> JSONResponse:
+            return _error(400, str(exc), "invalid_request_error")
+
+        @app.get(f"{API}/info", tags=["server"])
+        async def info() -> dict[str, Any]:
+            return {
+                "version": __version__, "served_model": self.settings.served_model,
+                "upstream": self.settings.upstream.base_url, "auth": bool(self.settings.token),
+                "model_version": self.proxy.model_version.version if self.proxy.model_version else None,
+            }
+
+        @app.get(f"{API}/stats", tags=["server"])
+        async def stats() -> dict[str, Any]:
+            counts, statuses = await run_in_threadpool(lambda: (store.counts(), store.status_counts()))
+            return {"counts": counts, "rollouts_by_status": statuses}
+
+        @app.post(f"{API}/tasks", tags=["tasks"], status_code=201)
+        async def add_task(task: TaskIn) -> Task:
+            return await self._await(store.add_task(task))
+
+        @app.get(f"{API}/tasks/{{task_id}}", tags=["tasks"])
+        async def get_task(task_id: str) -> Task:
+            return await run_in_threadpool(store.get_task, task_id)
+
+        @app.post(f"{API}/rollouts", tags=["rollouts"], status_code=201)
+        async def enqueue(req: EnqueueRequest) -> list[Rollout]:
+            rollouts = await self._await(store.enqueue(req))
+            self._wake_workers()
+            return rollouts
+
+        @app.get(f"{API}/rollouts", tags=["rollouts"])
+        async def list_rollouts(
+            status: RolloutStatus | None = None,
+            step: int | None = None,
+            ids: str | None = Query(default=None, description="comma-separated rollout ids"),
+            limit: int = Query(default=100, ge=1, le=10_000),
+            offset: int = Query(default=0, ge=0),
+        ) -> dict[str, Any]:
+            if ids is not None:
+                wanted = [i for i in ids.split(",") if i]
+                items = await run_in_threadpool(store.get_rollouts, wanted)
+                return {"items": items, "total": len(items)}
+            items, total = await run_in_threadpool(
+                lambda: store.list_rollouts(status=status.value if status else None, step=step, limit=limit, offset=offset)
+            )
+            return {"items": items, "total": total}
+
+        @app.get(f"{API}/rollouts/{{rollout_id}}", tags=["rollouts"])
+        async def get_rollout(rollout_id: str) -> Rollout:
+            return await run_in_threadpool(store.get_rollout, rollout_id)
+
+        @app.get(f"{API}/rollouts/{{rollout_id}}/detail", tags=["rollouts"])
+        async def rollout_detail(rollout_id: str) -> RolloutDetail:
+            return await run_in_threadpool(store.rollout_detail, rollout_id)
+
+        @app.post(f"{API}/rollouts/{{rollout_id}}/cancel", tags=["rollouts"])
+        async def cancel(rollout_id: str) -> Rollout:
+            return await self._await(store.cancel(rollout_id))
+
+        @app.post(f"{API}/claims", tags=["workers"])
+        async def claim(req: ClaimRequest) -> list[Claim]:
+            loop = asyncio.get_running_loop()
+            deadline = loop.time() + req.wait_s
+            while True:
+                event = self._work_event
+                claims = await self._await(store.claim(req.worker_id, req.max_rollouts, req.lease_s))
+                remaining = deadline - loop.time()
+                if claims or remaining <= 0 or event is None:
+                    return claims
+                with contextlib.suppress(asyncio.TimeoutError):
+                    await asyncio.wait_for(event.wait(), timeout=remaining)
+
+        @app.post(f"{API}/attempts/{{attempt_id}}/heartbeat", tags=["workers"])
+        async def heartbeat(attempt_id: str, req: HeartbeatRequest) -> Attempt:
+            return await self._await(store.heartbeat(attempt_id, req.lease_s))
+
+        @app.post(f"{API}/attempts/{{attempt_id}}/complete", tags=["workers"])
+        async def complete(attempt_id: str, req: CompleteRequest) -> Rollout:
+            rollout = await self._await(
+                store.complete(attempt_id, req.status, reward=req.reward, error=req.error, after_llm_seq=req.after_llm_seq)
+            )
+            if rollout.status is RolloutStatus.queued:
+                self._wake_workers()
+            return rollout
+
+        @app.post(f"{API}/spans", tags=["traces"])
+        async def add_spans(batch: SpanBatch) -> dict[str, int]:
+            stored = await self._await(store.add_spans(batch.spans))
+            return {"received": len(batch.spans), "stored": stored}
+
+        @app.post(f"{API}/rewards", tags=["traces"])
+        async def add_rewards(rewards: list[RewardIn]) -> dict[str, int]:
+            return {"stored": await self._await(store.add_rewards(rewards))}
+
+        @app.post(f"{API}/model_versions", tags=["models"], status_code=201)
+        async def publish(mv: ModelVersionIn) -> ModelVersion:
+            version = await self._await(store.publish_model_version(mv))
+            self.proxy.set_model_version(version)
+            return version
+
+        @app.get(f"{API}/model_versions/latest", tags=["models"])
+        async def latest() -> ModelVersion | None:
+            return self.proxy.model_version
+
+        @app.get(f"{API}/export/llm_calls", tags=["export"], response_class=StreamingResponse)
+        async def export(step: int | None = None, trainable_only: bool = True) -> StreamingResponse:
+            def lines() -> Any:
+                for rollout, call in store.iter_final_llm_calls(step=step):
+                    if trainable_only and not call.trainable:
+                        continue
+                    row = call.model_dump(mode="json")
+                    row["task_id"], row["final_reward"] = rollout.task_id, rollout.final_reward
+                    yield orjson.dumps(row) + b"\n"
+
+            return StreamingResponse(lines(), media_type="application/x-ndjson")
+
+        @app.post("/v1/traces", tags=["traces"], summary="OTLP/HTTP traces receiver (protobuf or JSON)")
+        async def otlp_traces(request: Request) -> Response:
+            content_type = request.headers.get("content-type", "application/x-protobuf").split(";")[0].strip()
+            if content_type not in ("application/x-protobuf", "application/json"):
+                return _error(415, f"unsupported content type {content_type!r}: send application/x-protobuf or"
+                              " application/json", "invalid_request_error")
+            body = await request.body()
+            if request.headers.get("content-encoding") == "gzip":
+                import gzip
+
+                try:
+                    body = gzip.decompress(body)
+                except OSError as exc:
+                    return _error(400, f"body is not valid gzip: {exc}", "invalid_request_error")
+            spans = parse_otlp_traces(body, content_type)
+            if spans:
+                await self._await(store.add_spans(spans))
+            payload, media = otlp_success_response(content_type)
+            return Response(payload, media_type=media)
+
+        @app.post("/rollout/{rollout_id}/attempt/{attempt_id}/v1/chat/completions", tags=["llm proxy"])
+        async def chat(rollout_id: str, attempt_id: str, request: Request) -> Response:
+            return await self.proxy.chat_completions(request, rollout_id, attempt_id)
+
+        @app.get("/rollout/{rollout_id}/attempt/{attempt_id}/v1/models", tags=["llm proxy"])
+        async def rollout_models(rollout_id: str, attempt_id: str) -> Response:
+            return self.proxy.models_response()
+
+        @app.get("/v1/models", tags=["llm proxy"])
+        async def models() -> Response:
+            return self.proxy.models_response()
+
+        return app
+
+
+def create_app(settings: ServerSettings, store: Store | None = None) -> Any:
+    """The ASGI app of `agl serve` (guards included)."""
+    return Server(settings, store).build_app()
+
+
+def serve(settings: ServerSettings, *, log_level: str = "warning", on_ready: Callable[[str], None] | None = None) -> None:
+    """Run the server in this process until interrupted; `on_ready` gets its URL once it is listening."""
+    import socket
+
+    import uvicorn
+
+    app = create_app(settings)
+    family = socket.AF_INET6 if ":" in settings.host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.bind((settings.host, settings.port))
+    sock.listen(2048)  # connections wait in the backlog from here on, so announcing readiness now is safe
+    host, port = sock.getsockname()[:2]
+    shown = f"[{host}]" if family == socket.AF_INET6 else host
+    config = uvicorn.Config(app, log_level=log_level, access_log=False, timeout_graceful_shutdown=5)
+    if on_ready is not None:
+        on_ready(f"http://{shown}:{port}")
+    uvicorn.Server(config).run(sockets=[sock])

@@ -1,0 +1,358 @@
+"""The token-exact LLM proxy: forwards an agent's chat completion to the backend and stores the call.
+
+The agent's request goes to the upstream with `return_token_ids` and `logprobs` added, so a vLLM-style
+backend reports the exact ids it consumed and produced; the answer (a JSON body or an SSE stream) goes back
+to the agent byte for byte. The call is queued for the store before the agent sees the end of the answer,
+and the store commits in order, so by the time the agent reports its rollout finished, its calls are stored.
+A backend that returns no ids (a hosted API) still works: its calls are stored and flagged not trainable.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from typing import Any
+
+import httpx
+import orjson
+from starlette.requests import Request
+from starlette.responses import Response, StreamingResponse
+
+from agl.schema import Attribution, LLMCall, ModelVersion
+from agl.store import Store, new_id
+from agl.tracing import attributes as attr
+
+log = logging.getLogger(__name__)
+
+TOKEN_ID_PARAM = "return_token_ids"
+
+
+@dataclass
+class UpstreamConfig:
+    base_url: str | None  # an OpenAI-compatible base URL ending in /v1; None: no backend configured
+    api_key: str | None = None
+    model: str | None = None  # replaces the model the agent asked for, when set
+    token_ids: str = "auto"  # "auto": ask, and stop asking if the backend rejects it; "always"; "never"
+    timeout_s: float = 600.0
+
+
+def openai_error(status: int, message: str, type_: str, code: str | None = None) -> Response:
+    body = {"error": {"message": message, "type": type_, "param": None, "code": code}}
+    return Response(orjson.dumps(body), status_code=status, media_type="application/json")
+
+
+class _CallRecord:
+    """What the proxy learns about one call while it runs; becomes an `LLMCall`."""
+
+    def __init__(self, request_body: dict[str, Any], rollout_id: str, attempt_id: str, seq: int, headers: Any) -> None:
+        self.started = time.time()
+        self.t0 = time.perf_counter()
+        self.request = request_body
+        self.rollout_id = rollout_id
+        self.attempt_id = attempt_id
+        self.seq = seq
+        self.agent: str | None = headers.get(attr.HEADER_AGENT) or None
+        self.parent_span: str | None = headers.get(attr.HEADER_PARENT_SPAN) or None
+        self.trace_id: str | None = None
+        traceparent = headers.get(attr.HEADER_TRACEPARENT)
+        if traceparent:
+            parts = traceparent.split("-")
+            if len(parts) == 4 and len(parts[1]) == 32:
+                self.trace_id = parts[1]
+        self.model: str | None = None
+        self.model_version: int | None = None
+        self.prompt_ids: list[int] | None = None
+        self.response_ids: list[int] | None = None
+        self.logprobs: list[float] | None = None
+        self.content: list[str] = []
+        self.tool_calls: dict[int, dict[str, Any]] = {}
+        self.message: dict[str, Any] | None = None
+        self.finish_reason: str | None = None
+        self.usage: dict[str, Any] = {}
+        self.http_status = 200
+        self.error: str | None = None
+        self.asked_token_ids = False
+
+    def take_choice(self, body: dict[str, Any]) -> None:
+        """Read a complete (non-streaming) response."""
+        choices = body.get("choices") or []
+        self.usage = body.get("usage") or {}
+        self.prompt_ids = body.get("prompt_token_ids")
+        if not choices:
+            return
+        choice = choices[0]
+        self.message = choice.get("message")
+        self.finish_reason = choice.get("finish_reason")
+        self.response_ids = choice.get("token_ids")
+        if self.prompt_ids is None:
+            self.prompt_ids = choice.get("prompt_token_ids")
+        content = (choice.get("logprobs") or {}).get("content")
+        if content is not None:
+            self.logprobs = [float(c["logprob"]) for c in content]
+
+    def take_chunk(self, chunk: dict[str, Any]) -> None:
+        """Accumulate one streamed chunk."""
+        if chunk.get("prompt_token_ids") is not None:
+            self.prompt_ids = chunk["prompt_token_ids"]
+        if chunk.get("usage"):
+            self.usage = chunk["usage"]
+        for choice in chunk.get("choices") or []:
+            if choice.get("index", 0) != 0:
+                continue
+            if choice.get("prompt_token_ids") is not None and self.prompt_ids is None:
+                self.prompt_ids = choice["prompt_token_ids"]
+            ids = choice.get("token_ids")
+            if ids is not None:
+                self.response_ids = (self.response_ids or []) + list(ids)
+            content = (choice.get("logprobs") or {}).get("content")
+            if content:
+                self.logprobs = (self.logprobs or []) + [float(c["logprob"]) for c in content]
+            delta = choice.get("delta") or {}
+            if delta.get("content"):
+                self.content.append(delta["content"])
+            for tc in delta.get("tool_calls") or []:
+                slot = self.tool_calls.setdefault(
+                    tc.get("index", 0), {"id": None, "type": "function", "function": {"name": "", "arguments": ""}}
+                )
+                if tc.get("id"):
+                    slot["id"] = tc["id"]
+                fn = tc.get("function") or {}
+                if fn.get("name"):
+                    slot["function"]["name"] += fn["name"]
+                if fn.get("arguments"):
+                    slot["function"]["arguments"] += fn["arguments"]
+            if choice.get("finish_reason"):
+                self.finish_reason = choice["finish_reason"]
+
+    def to_call(self, *, stream: bool) -> LLMCall:
+        message = self.message
+        if stream and (self.content or self.tool_calls):
+            message = {"role": "assistant", "content": "".join(self.content) or None}
+            if self.tool_calls:
+                message["tool_calls"] = [self.tool_calls[i] for i in sorted(self.tool_calls)]
+        reason = None
+        if self.error is not None:
+            reason = "the call failed"
+        elif not self.prompt_ids or self.response_ids is None:
+            reason = "the backend returned no token ids" if self.asked_token_ids else "token ids were not requested"
+        elif int(self.request.get("n") or 1) != 1:
+            reason = "n > 1: only the first choice is stored"
+        usage = self.usage or {
+            "prompt_tokens": len(self.prompt_ids or []),
+            "completion_tokens": len(self.response_ids or []),
+        }
+        return LLMCall(
+            id=new_id("llm"), rollout_id=self.rollout_id, attempt_id=self.attempt_id, seq=self.seq,
+            agent_name=self.agent, attribution=Attribution.scope if self.agent else Attribution.unattributed,
+            trace_id=self.trace_id, parent_span_id=self.parent_span, model_requested=self.request.get("model"),
+            model=self.model, model_version=self.model_version, request=self.request, response_message=message,
+            prompt_ids=self.prompt_ids, response_ids=self.response_ids, logprobs=self.logprobs,
+            finish_reason=self.finish_reason, stream=stream, status="error" if self.error else "ok",
+            http_status=self.http_status, error=self.error, started_at=self.started,
+            latency_s=time.perf_counter() - self.t0, usage=usage, trainable=reason is None,
+            not_trainable_reason=reason,
+        )
+
+
+class LLMProxy:
+    """Serves `/rollout/{rollout_id}/attempt/{attempt_id}/v1/chat/completions` for one store."""
+
+    def __init__(self, store: Store, upstream: UpstreamConfig, served_model: str) -> None:
+        self.store = store
+        self.upstream = upstream
+        self.served_model = served_model
+        self.model_version: ModelVersion | None = store.latest_model_version()
+        self._token_ids_rejected = upstream.token_ids == "never"
+        self._client = httpx.AsyncClient(
+            timeout=httpx.Timeout(upstream.timeout_s, connect=10.0),
+            limits=httpx.Limits(max_connections=1024, max_keepalive_connections=256),
+        )
+
+    async def aclose(self) -> None:
+        await self._client.aclose()
+
+    def set_model_version(self, mv: ModelVersion) -> None:
+        self.model_version = mv
+
+    def models_response(self) -> Response:
+        now = int(time.time())
+        body = {"object": "list", "data": [{"id": self.served_model, "object": "model", "created": now, "owned_by": "agl"}]}
+        return Response(orjson.dumps(body), media_type="application/json")
+
+    def _upstream_payload(self, body: dict[str, Any], rec: _CallRecord) -> dict[str, Any]:
+        payload = dict(body)
+        model = self.upstream.model
+        if self.model_version is not None:
+            rec.model_version = self.model_version.version
+            model = self.model_version.upstream_model or model
+        if model:
+            payload["model"] = model
+        rec.model = payload.get("model")
+        if not self._token_ids_rejected:
+            payload[TOKEN_ID_PARAM] = True
+            payload.setdefault("logprobs", True)
+            rec.asked_token_ids = True
+        return payload
+
+    def _headers(self) -> dict[str, str]:
+        headers = {"content-type": "application/json"}
+        if self.upstream.api_key:
+            headers["authorization"] = f"Bearer {self.upstream.api_key}"
+        return headers
+
+    def _rejected_token_ids(self, status: int, content: bytes) -> bool:
+        return self.upstream.token_ids == "auto" and status == 400 and TOKEN_ID_PARAM.encode() in content
+
+    def _store(self, rec: _CallRecord, *, stream: bool) -> None:
+        try:
+            self.store.add_llm_call(rec.to_call(stream=stream))
+        except Exception:  # the agent's answer must not fail because the record could not be built
+            log.exception("could not store LLM call %s/%s", rec.attempt_id, rec.seq)
+
+    async def chat_completions(self, request: Request, rollout_id: str, attempt_id: str) -> Response:
+        raw = await request.body()
+        try:
+            body = orjson.loads(raw)
+        except orjson.JSONDecodeError as exc:
+            return openai_error(400, f"request body is not valid JSON: {exc}", "invalid_request_error")
+        if not isinstance(body, dict) or not isinstance(body.get("messages"), list):
+            return openai_error(400, "request body must be a JSON object with a 'messages' list", "invalid_request_error")
+        owner = self.store.attempt_rollout_id(attempt_id)
+        if owner is None or owner != rollout_id:
+            return openai_error(
+                404, f"attempt {attempt_id!r} of rollout {rollout_id!r} does not exist", "invalid_request_error",
+                "unknown_rollout",
+            )
+        if self.upstream.base_url is None:
+            return openai_error(503, "agl serve was started without --upstream: no LLM backend to forward to",
+                                "server_error", "no_upstream")
+        rec = _CallRecord(body, rollout_id, attempt_id, self.store.next_llm_seq(attempt_id), request.headers)
+        seq_header = {attr.HEADER_LLM_SEQ: str(rec.seq)}
+        if body.get("stream"):
+            return await self._stream(rec, seq_header)
+        return await self._complete(rec, seq_header)
+
+    async def _post(self, rec: _CallRecord, *, stream: bool) -> httpx.Response:
+        url = f"{self.upstream.base_url.rstrip('/')}/chat/completions"  # type: ignore[union-attr]
+        for _ in range(2):
+            payload = self._upstream_payload(rec.request, rec)
+            req = self._client.build_request("POST", url, content=orjson.dumps(payload), headers=self._headers())
+            resp = await self._client.send(req, stream=stream)
+            if resp.status_code == 400 and rec.asked_token_ids:
+                content = await resp.aread()
+                if self._rejected_token_ids(resp.status_code, content):
+                    log.warning("upstream rejects %s: calls will be stored as not trainable", TOKEN_ID_PARAM)
+                    self._token_ids_rejected = True
+                    await resp.aclose()
+                    continue
+            return resp
+        return resp
+
+    def _upstream_failed(self, rec: _CallRecord, exc: Exception, seq_header: dict[str, str], stream: bool) -> Response:
+        rec.http_status = 502
+        rec.error = f"upstream unreachable: {type(exc).__name__}: {exc}"
+        self._store(rec, stream=stream)
+        resp = openai_error(502, f"agl proxy could not reach the LLM backend: {exc}", "upstream_error", "upstream_unreachable")
+        resp.headers.update(seq_header)
+        return resp
+
+    async def _complete(self, rec: _CallRecord, seq_header: dict[str, str]) -> Response:
+        try:
+            resp = await self._post(rec, stream=False)
+        except httpx.HTTPError as exc:
+            return self._upstream_failed(rec, exc, seq_header, stream=False)
+        content = resp.content
+        rec.http_status = resp.status_code
+        try:
+            parsed = orjson.loads(content)
+        except orjson.JSONDecodeError:
+            parsed = None
+        if resp.status_code >= 400 or not isinstance(parsed, dict):
+            rec.error = _error_message(parsed, content, resp.status_code)
+            self._store(rec, stream=False)
+            if isinstance(parsed, dict) and "error" in parsed:
+                return Response(content, status_code=resp.status_code, media_type="application/json", headers=seq_header)
+            status = resp.status_code if resp.status_code >= 400 else 502
+            return openai_error(status, f"LLM backend answered {resp.status_code}: {rec.error}", "upstream_error")
+        rec.take_choice(parsed)
+        self._store(rec, stream=False)
+        return Response(content, status_code=resp.status_code, media_type="application/json", headers=seq_header)
+
+    async def _stream(self, rec: _CallRecord, seq_header: dict[str, str]) -> Response:
+        try:
+            resp = await self._post(rec, stream=True)
+        except httpx.HTTPError as exc:
+            return self._upstream_failed(rec, exc, seq_header, stream=True)
+        rec.http_status = resp.status_code
+        if resp.status_code >= 400:
+            content = await resp.aread()
+            await resp.aclose()
+            try:
+                parsed = orjson.loads(content)
+            except orjson.JSONDecodeError:
+                parsed = None
+            rec.error = _error_message(parsed, content, resp.status_code)
+            self._store(rec, stream=True)
+            if isinstance(parsed, dict) and "error" in parsed:
+                return Response(content, status_code=resp.status_code, media_type="application/json", headers=seq_header)
+            return openai_error(resp.status_code, f"LLM backend answered {resp.status_code}: {rec.error}", "upstream_error")
+        return StreamingResponse(
+            self._relay(resp, rec), status_code=resp.status_code, media_type="text/event-stream", headers=seq_header
+        )
+
+    async def _relay(self, resp: httpx.Response, rec: _CallRecord) -> AsyncIterator[bytes]:
+        """Pass SSE bytes through untouched while parsing the events they carry."""
+        buffer = b""
+        stored = False
+        try:
+            async for chunk in resp.aiter_raw():
+                buffer += chunk
+                done = False
+                while b"\n\n" in buffer:
+                    event, buffer = buffer.split(b"\n\n", 1)
+                    done = self._take_event(event, rec) or done
+                if done and not stored:
+                    self._store(rec, stream=True)  # before the agent sees [DONE]
+                    stored = True
+                yield chunk
+        except BaseException as exc:
+            if not stored:
+                rec.error = f"stream interrupted: {type(exc).__name__}: {exc}".rstrip(": ")
+            raise
+        finally:
+            await resp.aclose()
+            if not stored:
+                if rec.error is None:
+                    rec.error = "the backend closed the stream without [DONE]"
+                self._store(rec, stream=True)
+
+    @staticmethod
+    def _take_event(event: bytes, rec: _CallRecord) -> bool:
+        done = False
+        for line in event.split(b"\n"):
+            if not line.startswith(b"data:"):
+                continue
+            data = line[5:].strip()
+            if data == b"[DONE]":
+                done = True
+                continue
+            try:
+                chunk = orjson.loads(data)
+            except orjson.JSONDecodeError:
+                continue
+            if isinstance(chunk, dict):
+                if "error" in chunk:
+                    rec.error = _error_message(chunk, data, 200)
+                rec.take_chunk(chunk)
+        return done
+
+
+def _error_message(parsed: Any, content: bytes, status: int) -> str:
+    if isinstance(parsed, dict) and isinstance(parsed.get("error"), dict):
+        return str(parsed["error"].get("message") or parsed["error"])
+    if isinstance(parsed, dict) and "error" in parsed:
+        return str(parsed["error"])
+    text = content[:500].decode(errors="replace")
+    return f"HTTP {status}: {text}" if text else f"HTTP {status}"

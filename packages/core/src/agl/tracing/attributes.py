@@ -1,0 +1,22 @@
+"""Span attribute and HTTP header names agl reads and writes, in one place.
+
+Tool spans also carry the OpenTelemetry GenAI semantic-convention keys (`gen_ai.*`) so that traces from
+other instrumentations read the same way.
+"""
+
+# span attributes
+ROLLOUT_ID = "agl.rollout_id"
+ATTEMPT_ID = "agl.attempt_id"
+AGENT_NAME = "agl.agent.name"
+SPAN_KIND = "agl.span.kind"  # "agent" | "tool" | "llm" | "reward" | "custom"
+TOOL_NAME = "gen_ai.tool.name"
+TOOL_CALL_ID = "gen_ai.tool.call.id"
+TOOL_ARGUMENTS = "agl.tool.arguments"
+TOOL_RESULT = "agl.tool.result"
+
+# HTTP headers the client adds to LLM requests sent to the proxy
+HEADER_AGENT = "x-agl-agent"
+HEADER_PARENT_SPAN = "x-agl-parent-span"
+HEADER_TRACEPARENT = "traceparent"
+# HTTP header the proxy adds to its responses: the sequence number it gave the call
+HEADER_LLM_SEQ = "x-agl-llm-seq"

@@ -1,0 +1,124 @@
+"""What is running right now: the rollout, the acting agent and the open span, held in context variables.
+
+Context variables follow the code that runs: each asyncio task, and each thread, sees its own values, so two
+agents working at the same time in two threads or two tasks never see each other's names. A thread started by
+hand does not inherit them (Python's rule); `asyncio.to_thread`, `contextvars.copy_context().run` and
+`agl.propagate(fn)` carry them over.
+"""
+
+from __future__ import annotations
+
+import contextvars
+import functools
+import secrets
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import ParamSpec, TypeVar
+
+from agl.schema import RewardIn, SpanIn
+
+P = ParamSpec("P")
+R = TypeVar("R")
+
+
+def new_trace_id() -> str:
+    return secrets.token_hex(16)
+
+
+def new_span_id() -> str:
+    return secrets.token_hex(8)
+
+
+@dataclass
+class Recorder:
+    """Spans and rewards made during one attempt, waiting to be sent; the runner drains it."""
+
+    spans: list[SpanIn] = field(default_factory=list)
+    rewards: list[RewardIn] = field(default_factory=list)
+    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+
+    def add_span(self, span: SpanIn) -> None:
+        with self._lock:
+            self.spans.append(span)
+
+    def add_reward(self, reward: RewardIn) -> None:
+        with self._lock:
+            self.rewards.append(reward)
+
+    def drain(self) -> tuple[list[SpanIn], list[RewardIn]]:
+        with self._lock:
+            spans, rewards = self.spans, self.rewards
+            self.spans, self.rewards = [], []
+        return spans, rewards
+
+
+@dataclass
+class RolloutContext:
+    """The rollout an agent is working on; set by the runner for the duration of one attempt."""
+
+    rollout_id: str
+    attempt_id: str
+    server_url: str
+    trace_id: str = field(default_factory=new_trace_id)
+    recorder: Recorder = field(default_factory=Recorder)
+    # Highest sequence number the proxy gave an LLM call of this attempt that has answered; rewards are
+    # placed after it, which is exact even when spans and rewards are sent later in batches.
+    last_llm_seq: int | None = None
+    _seq_lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+
+    @property
+    def llm_base_url(self) -> str:
+        return llm_base_url(self.server_url, self.rollout_id, self.attempt_id)
+
+    def saw_llm_seq(self, seq: int) -> None:
+        with self._seq_lock:
+            if self.last_llm_seq is None or seq > self.last_llm_seq:
+                self.last_llm_seq = seq
+
+
+def llm_base_url(server_url: str, rollout_id: str, attempt_id: str) -> str:
+    """The OpenAI base URL of one attempt: every framework keeps a path prefix, so the ids travel in it."""
+    return f"{server_url.rstrip('/')}/rollout/{rollout_id}/attempt/{attempt_id}/v1"
+
+
+_rollout: contextvars.ContextVar[RolloutContext | None] = contextvars.ContextVar("agl_rollout", default=None)
+_agent: contextvars.ContextVar[str | None] = contextvars.ContextVar("agl_agent", default=None)
+_span: contextvars.ContextVar[str | None] = contextvars.ContextVar("agl_span", default=None)
+
+
+def current_rollout() -> RolloutContext | None:
+    """The rollout this code runs in, or None outside any rollout."""
+    return _rollout.get()
+
+
+def current_agent() -> str | None:
+    """The name of the agent scope this code runs in, or None."""
+    return _agent.get()
+
+
+def current_span_id() -> str | None:
+    return _span.get()
+
+
+def propagate(fn: Callable[P, R]) -> Callable[P, R]:
+    """Wrap `fn` so that it runs with the caller's rollout, agent and span, e.g. in a thread it starts."""
+    ctx = contextvars.copy_context()
+
+    @functools.wraps(fn)
+    def run(*args: P.args, **kwargs: P.kwargs) -> R:
+        return ctx.copy().run(fn, *args, **kwargs)
+
+    return run
+
+
+def set_rollout(ctx: RolloutContext | None) -> contextvars.Token[RolloutContext | None]:
+    return _rollout.set(ctx)
+
+
+def reset_rollout(token: contextvars.Token[RolloutContext | None]) -> None:
+    _rollout.reset(token)
+
+
+AGENT_VAR = _agent
+SPAN_VAR = _span

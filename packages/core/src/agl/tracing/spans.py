@@ -1,0 +1,136 @@
+"""The built-in lightweight tracer: spans, agent scopes and rewards without the OpenTelemetry SDK.
+
+Spans are buffered in the rollout's recorder and sent by the runner in batches; they end in the store in
+the same shape as spans that arrive over OTLP. Outside a rollout every call here is a cheap no-op (and
+`emit_reward` logs a warning once), so an agent instrumented with agl runs unchanged when nobody trains it.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import time
+import uuid
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+from typing import Any
+
+from agl.schema import RewardIn, RewardSource, SpanIn, SpanStatus
+from agl.tracing import attributes as attr
+from agl.tracing.context import AGENT_VAR, SPAN_VAR, current_agent, current_rollout, current_span_id, new_span_id
+
+log = logging.getLogger(__name__)
+_warned_outside = False
+
+
+class SpanHandle:
+    """The open span a `with agl.span(...)` block works in."""
+
+    __slots__ = ("span_id", "attributes", "status", "status_message", "events")
+
+    def __init__(self, span_id: str, attributes: dict[str, Any]) -> None:
+        self.span_id = span_id
+        self.attributes = attributes
+        self.status = SpanStatus.unset
+        self.status_message: str | None = None
+        self.events: list[dict[str, Any]] = []
+
+    def set_attribute(self, key: str, value: Any) -> None:
+        self.attributes[key] = value
+
+    def set_status(self, status: str | SpanStatus, message: str | None = None) -> None:
+        self.status = SpanStatus(status)
+        self.status_message = message
+
+    def add_event(self, name: str, attributes: Mapping[str, Any] | None = None) -> None:
+        self.events.append({"name": name, "time": time.time(), "attributes": dict(attributes or {})})
+
+
+@contextmanager
+def span(name: str, *, kind: str = "custom", attributes: Mapping[str, Any] | None = None) -> Iterator[SpanHandle]:
+    """Record a span around a block. An exception escaping the block marks it `error` and is re-raised."""
+    ctx = current_rollout()
+    handle = SpanHandle(new_span_id(), dict(attributes or {}))
+    if ctx is None:
+        yield handle
+        return
+    parent = current_span_id()
+    token = SPAN_VAR.set(handle.span_id)
+    start = time.time()
+    try:
+        yield handle
+    except BaseException as exc:
+        handle.set_status(SpanStatus.error, f"{type(exc).__name__}: {exc}")
+        raise
+    else:
+        if handle.status is SpanStatus.unset:
+            handle.status = SpanStatus.ok
+    finally:
+        SPAN_VAR.reset(token)
+        agent = current_agent()
+        handle.attributes.update({attr.SPAN_KIND: kind, attr.ROLLOUT_ID: ctx.rollout_id, attr.ATTEMPT_ID: ctx.attempt_id})
+        if agent is not None:
+            handle.attributes[attr.AGENT_NAME] = agent
+        ctx.recorder.add_span(
+            SpanIn(
+                trace_id=ctx.trace_id, span_id=handle.span_id, parent_id=parent, name=name, kind="internal",
+                start_time=start, end_time=max(time.time(), start), attributes=handle.attributes,
+                status=handle.status, status_message=handle.status_message, events=handle.events,
+                rollout_id=ctx.rollout_id, attempt_id=ctx.attempt_id, agent_name=agent, source="agl",
+            )
+        )
+
+
+@contextmanager
+def agent(name: str, **attributes: Any) -> Iterator[SpanHandle]:
+    """Say which agent is acting: LLM calls made inside are attributed to `name` by the proxy.
+
+    Works in sync, async (each task keeps its own scope), threaded (each thread its own) and streaming code
+    (the name is read when the request is sent). Scopes nest: the innermost name wins.
+    """
+    if not name:
+        raise ValueError("agent name must be a non-empty string")
+    token = AGENT_VAR.set(name)
+    try:
+        with span(f"agent:{name}", kind="agent", attributes=attributes) as handle:
+            yield handle
+    finally:
+        AGENT_VAR.reset(token)
+
+
+@contextmanager
+def tool(name: str, *, call_id: str | None = None, arguments: Any = None) -> Iterator[SpanHandle]:
+    """Record a tool execution as a span whose status (ok / error) AIR rules can read."""
+    attrs: dict[str, Any] = {attr.TOOL_NAME: name}
+    if call_id is not None:
+        attrs[attr.TOOL_CALL_ID] = call_id
+    if arguments is not None:
+        attrs[attr.TOOL_ARGUMENTS] = arguments if isinstance(arguments, str) else repr(arguments)
+    with span(f"tool:{name}", kind="tool", attributes=attrs) as handle:
+        yield handle
+
+
+def emit_reward(
+    value: float, name: str = "reward", *, source: RewardSource = RewardSource.explicit, **metadata: Any
+) -> None:
+    """Record a reward at this point of the run (after the LLM calls answered so far)."""
+    global _warned_outside
+    try:
+        value = float(value)
+    except (TypeError, ValueError):
+        raise TypeError(f"reward {name!r} must be a number, got {type(value).__name__}") from None
+    if not math.isfinite(value):
+        raise ValueError(f"reward {name!r} must be finite, got {value}")
+    ctx = current_rollout()
+    if ctx is None:
+        if not _warned_outside:
+            log.warning("agl.emit_reward(%r) called outside a rollout: ignored", name)
+            _warned_outside = True
+        return
+    ctx.recorder.add_reward(
+        RewardIn(
+            rollout_id=ctx.rollout_id, attempt_id=ctx.attempt_id, value=value, name=name, source=source,
+            after_llm_seq=ctx.last_llm_seq, span_id=current_span_id(), agent_name=current_agent(),
+            timestamp=time.time(), metadata=metadata, uid=uuid.uuid4().hex,
+        )
+    )

@@ -1,0 +1,85 @@
+"""Small agents that the end-to-end tests run in real worker processes (loaded as `tests/e2e_agents.py:NAME`)."""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from pathlib import Path
+from typing import Any
+
+import openai
+
+import agl
+
+CALCULATOR = {
+    "type": "function",
+    "function": {
+        "name": "calculator",
+        "description": "Evaluate an arithmetic expression.",
+        "parameters": {"type": "object", "properties": {"expression": {"type": "string"}}, "required": ["expression"]},
+    },
+}
+
+
+def _calculate(expression: str) -> str:
+    left, plus, right = expression.partition("+")
+    if not plus:
+        raise ValueError(f"cannot evaluate {expression!r}")
+    return str(int(left) + int(right))
+
+
+@agl.rollout
+def calc_agent(task: dict[str, Any], llm: agl.LLM) -> float:
+    """planner asks for a tool call, the tool runs, answerer answers; two rewards: tool ok, final."""
+    client = openai.OpenAI(base_url=llm.base_url, api_key=llm.api_key, max_retries=0)
+    messages: list[dict[str, Any]] = [{"role": "user", "content": task["question"]}]
+    with agl.agent("planner"):
+        first = client.chat.completions.create(model=llm.model, messages=messages, tools=[CALCULATOR])
+    call = first.choices[0].message.tool_calls[0]
+    messages.append(first.choices[0].message.model_dump(exclude_none=True))
+    with agl.tool("calculator", call_id=call.id, arguments=call.function.arguments) as span:
+        result = _calculate(json.loads(call.function.arguments)["expression"])
+        span.set_attribute("agl.tool.result", result)
+    agl.emit_reward(0.1, name="tool_ok")
+    messages.append({"role": "tool", "tool_call_id": call.id, "content": result})
+    with agl.agent("answerer"):
+        stream = client.chat.completions.create(model=llm.model, messages=messages, stream=True)
+        answer = "".join(chunk.choices[0].delta.content or "" for chunk in stream if chunk.choices)
+    return 1.0 if answer.strip().endswith(str(task["answer"])) else 0.0
+
+
+@agl.rollout
+async def slow_agent(task: dict[str, Any], llm: agl.LLM) -> float:
+    """Makes one call, writes a marker file, then sleeps: a test kills its worker during the sleep."""
+    client = openai.AsyncOpenAI(base_url=llm.base_url, api_key=llm.api_key, max_retries=0)
+    with agl.agent("sleeper"):
+        await client.chat.completions.create(model=llm.model, messages=[{"role": "user", "content": "hi"}])
+    marker = Path(os.environ["AGL_TEST_MARKER_DIR"]) / f"{os.getpid()}-{agl.current_rollout().attempt_id}"
+    marker.write_text(str(os.getpid()))
+    import asyncio
+
+    await asyncio.sleep(float(task.get("sleep_s", 0)))
+    agl.emit_reward(0.5, name="woke")
+    return 1.0
+
+
+@agl.rollout
+def three_call_agent(task: dict[str, Any], llm: agl.LLM) -> None:
+    """The agent of the end-to-end throughput benchmark: three LLM calls, then a reward."""
+    client = openai.OpenAI(base_url=llm.base_url, api_key=llm.api_key, max_retries=0)
+    with agl.agent("worker"):
+        for i in range(3):
+            client.chat.completions.create(model=llm.model, messages=[{"role": "user", "content": f"step {i}"}])
+    agl.emit_reward(1.0, name="done")
+
+
+@agl.rollout
+def failing_agent(task: dict[str, Any], llm: agl.LLM) -> float:
+    raise RuntimeError(f"boom on {task['question']}")
+
+
+@agl.rollout
+def sleepy_sync_agent(task: dict[str, Any], llm: agl.LLM) -> float:
+    time.sleep(float(task.get("sleep_s", 0)))
+    return 1.0
