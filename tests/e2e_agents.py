@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import time
@@ -51,15 +52,17 @@ def calc_agent(task: dict[str, Any], llm: agl.LLM) -> float:
 
 @agl.rollout
 async def slow_agent(task: dict[str, Any], llm: agl.LLM) -> float:
-    """Makes one call, writes a marker file, then sleeps: a test kills its worker during the sleep."""
+    """Makes one call, leaves a marker file, then sleeps the first time it sees a rollout: a test kills its
+    worker during that sleep; the retried attempt finds the marker and finishes at once."""
     client = openai.AsyncOpenAI(base_url=llm.base_url, api_key=llm.api_key, max_retries=0)
     with agl.agent("sleeper"):
         await client.chat.completions.create(model=llm.model, messages=[{"role": "user", "content": "hi"}])
-    marker = Path(os.environ["AGL_TEST_MARKER_DIR"]) / f"{os.getpid()}-{agl.current_rollout().attempt_id}"
-    marker.write_text(str(os.getpid()))
-    import asyncio
-
-    await asyncio.sleep(float(task.get("sleep_s", 0)))
+    rollout = agl.current_rollout()
+    marker = Path(os.environ["AGL_TEST_MARKER_DIR"]) / rollout.rollout_id
+    first_time = not marker.exists()
+    marker.write_text(f"{os.getpid()} {rollout.attempt_id}")
+    if first_time:
+        await asyncio.sleep(float(task.get("sleep_s", 0)))
     agl.emit_reward(0.5, name="woke")
     return 1.0
 
