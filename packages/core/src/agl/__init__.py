@@ -28,18 +28,29 @@ _EXPORTS = {
     "Runner": "agl.runner",
     "RunnerOptions": "agl.runner",
     "Store": "agl.store",
+    "configure_otel": "agl.tracing.otel",
 }
 
 __all__ = ["__version__", *_EXPORTS]
 
-if TYPE_CHECKING:
-    from agl.client import AsyncClient, Client
-    from agl.decorator import LLM, RolloutFunction, rollout
-    from agl.runner import Runner, RunnerOptions
-    from agl.store import Store
-    from agl.tracing.context import current_agent, current_rollout, propagate
-    from agl.tracing.http_inject import attribution_headers
-    from agl.tracing.spans import agent, emit_reward, span, tool
+if TYPE_CHECKING:  # the same names, for type checkers (the `as` form marks them as re-exported)
+    from agl.client import AsyncClient as AsyncClient
+    from agl.client import Client as Client
+    from agl.decorator import LLM as LLM
+    from agl.decorator import RolloutFunction as RolloutFunction
+    from agl.decorator import rollout as rollout
+    from agl.runner import Runner as Runner
+    from agl.runner import RunnerOptions as RunnerOptions
+    from agl.store import Store as Store
+    from agl.tracing.context import current_agent as current_agent
+    from agl.tracing.context import current_rollout as current_rollout
+    from agl.tracing.context import propagate as propagate
+    from agl.tracing.http_inject import attribution_headers as attribution_headers
+    from agl.tracing.otel import configure_otel as configure_otel
+    from agl.tracing.spans import agent as agent
+    from agl.tracing.spans import emit_reward as emit_reward
+    from agl.tracing.spans import span as span
+    from agl.tracing.spans import tool as tool
 
 
 def __getattr__(name: str) -> Any:

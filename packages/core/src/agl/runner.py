@@ -14,6 +14,7 @@ import math
 import os
 import random
 import socket
+import sys
 import time
 import traceback
 from concurrent.futures import ThreadPoolExecutor
@@ -174,6 +175,9 @@ class Runner:
             self.stats.superseded += 1
             return
         try:
+            otel = sys.modules.get("agl.tracing.otel")  # loaded only if the agent uses the OTel helper
+            if otel is not None:  # its batched spans must reach the server before the attempt is reported
+                await asyncio.to_thread(otel.force_flush, 10_000)
             await self._flush(client, ctx, final=True)
             await self._retry(
                 lambda: client.complete(ctx.attempt_id, status, reward=reward, error=error, after_llm_seq=ctx.last_llm_seq),

@@ -1,0 +1,29 @@
+"""Run every performance benchmark of agl-core in one go and print a summary (`make bench`)."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import bench_e2e  # noqa: E402
+import bench_import  # noqa: E402
+import bench_proxy  # noqa: E402
+import bench_spans  # noqa: E402
+
+
+def main() -> None:
+    results = {
+        "import": bench_import.main(),
+        "span ingestion": bench_spans.main(),
+        "proxy overhead": bench_proxy.main(),
+        "end to end": bench_e2e.main(),
+    }
+    print("\n== summary")
+    for name, rows in results.items():
+        print(f"  {name:<20} {'meets target' if rows['meets target'] else 'MISSES target'}")
+
+
+if __name__ == "__main__":
+    main()
