@@ -1,0 +1,379 @@
+"""A scripted OpenAI-compatible backend that answers like vLLM, with token ids, for tests, benchmarks and demos.
+
+It stands in for a model where only the platform is under test: its answers are fixed by a short script, they
+come back at once, and they carry what a vLLM server adds when asked (`return_token_ids`, `logprobs`), so the
+proxy's token bookkeeping can be checked exactly.
+
+Tokenizer: the text is split into words, single punctuation characters and whitespace runs
+(`\\w+|[^\\w\\s]|\\s+`); a piece's id is `crc32(piece) % 50000 + 10`. `encode(render_prompt(messages, tools))`
+is exactly the prompt ids a request gets back, and `encode(text)` the response ids of a text answer.
+
+Prompt template (documented so tests can rebuild it):
+
+    <|tools|>\\n{tools as sorted compact JSON}\\n          (only when tools are given)
+    <|{role}|>\\n{content}{rendered tool calls}\\n        (for each message)
+    <|assistant|>\\n
+
+where a tool call is rendered `<tool_call>{"name": ..., "arguments": ...}</tool_call>` (sorted compact JSON).
+
+Script, first rule that matches:
+1. `force_error:<status>` in the last user message → an OpenAI-style error with that HTTP status;
+2. the last message is a tool result → "The answer is {tool result}";
+3. tools are offered and the last user message holds `<int> <op> <int>` → a call of the first tool with
+   `{"expression": "<int><op><int>"}`, finish reason `tool_calls`;
+4. otherwise → "Echo: {last user message}".
+Text answers are cut at `max_tokens` / `max_completion_tokens` tokens (finish reason `length`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import re
+import subprocess
+import sys
+import threading
+import time
+import uuid
+import zlib
+from collections.abc import Awaitable, Callable, MutableMapping
+from typing import Any
+
+import orjson
+
+VOCAB_SIZE = 50_000
+READY_MARKER = "AGL_UPSTREAM_READY"
+_PIECE = re.compile(r"\w+|[^\w\s]|\s+")
+_ARITHMETIC = re.compile(r"(\d+)\s*([+\-*/])\s*(\d+)")
+_FORCE_ERROR = re.compile(r"force_error:(\d{3})")
+
+Scope = MutableMapping[str, Any]
+Message = MutableMapping[str, Any]
+Receive = Callable[[], Awaitable[Message]]
+Send = Callable[[Message], Awaitable[None]]
+
+
+def pieces(text: str) -> list[str]:
+    return _PIECE.findall(text)
+
+
+def piece_id(piece: str) -> int:
+    return zlib.crc32(piece.encode()) % VOCAB_SIZE + 10
+
+
+def encode(text: str) -> list[int]:
+    """The scripted backend's tokenizer (see the module docstring)."""
+    return [piece_id(p) for p in pieces(text)]
+
+
+def logprob_of(token_id: int, position: int) -> float:
+    """A fixed, plausible log-probability for a generated token, so stored logprobs can be checked."""
+    return -((token_id * 31 + position * 17) % 1000) / 1000.0 - 0.001
+
+
+def _dumps(value: Any) -> str:
+    return json.dumps(value, sort_keys=True, separators=(",", ":"))
+
+
+def _text_of(content: Any) -> str:
+    if content is None:
+        return ""
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):  # OpenAI content parts: keep the text ones
+        return "".join(str(p.get("text", "")) for p in content if isinstance(p, dict))
+    return str(content)
+
+
+def render_tool_call(name: str, arguments: Any) -> str:
+    if isinstance(arguments, str):
+        try:
+            arguments = json.loads(arguments)
+        except json.JSONDecodeError:
+            pass
+    return f"<tool_call>{_dumps({'name': name, 'arguments': arguments})}</tool_call>"
+
+
+def render_prompt(messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None = None) -> str:
+    """The prompt text the scripted backend builds from a chat request (template in the module docstring)."""
+    parts = [f"<|tools|>\n{_dumps(tools)}\n"] if tools else []
+    for message in messages:
+        text = _text_of(message.get("content"))
+        for call in message.get("tool_calls") or []:
+            fn = call.get("function") or {}
+            text += render_tool_call(str(fn.get("name", "")), fn.get("arguments", ""))
+        parts.append(f"<|{message.get('role', 'user')}|>\n{text}\n")
+    parts.append("<|assistant|>\n")
+    return "".join(parts)
+
+
+class BadRequest(Exception):
+    def __init__(self, status: int, message: str, type_: str = "invalid_request_error") -> None:
+        super().__init__(message)
+        self.status = status
+        self.type = type_
+
+
+def _error_body(status: int, message: str, type_: str) -> bytes:
+    return orjson.dumps({"error": {"message": message, "type": type_, "param": None, "code": status}})
+
+
+class _Reply:
+    """What the script decided to answer to one request."""
+
+    def __init__(self, request: dict[str, Any]) -> None:
+        messages = request["messages"]
+        tools = request.get("tools") or None
+        last = messages[-1] if messages else {}
+        last_user = next((_text_of(m.get("content")) for m in reversed(messages) if m.get("role") == "user"), "")
+        forced = _FORCE_ERROR.search(last_user)
+        if forced:
+            status = int(forced.group(1))
+            raise BadRequest(status, f"scripted upstream error {status} (asked for by the message)", "server_error")
+        self.prompt_ids = encode(render_prompt(messages, tools))
+        self.tool_call: dict[str, Any] | None = None
+        self.text: str | None = None
+        self.finish_reason = "stop"
+        arithmetic = _ARITHMETIC.search(last_user)
+        if last.get("role") == "tool":
+            text = f"The answer is {_text_of(last.get('content'))}"
+        elif tools and arithmetic and last.get("role") == "user":
+            name = str((tools[0].get("function") or {}).get("name", "tool"))
+            arguments = _dumps({"expression": "".join(arithmetic.groups())})
+            self.tool_call = {"id": f"call_{uuid.uuid4().hex[:24]}", "type": "function",
+                              "function": {"name": name, "arguments": arguments}}
+            self.response_pieces = pieces(render_tool_call(name, arguments))
+            self.finish_reason = "tool_calls"
+            return
+        else:
+            text = f"Echo: {last_user}"
+        limit = request.get("max_completion_tokens") or request.get("max_tokens")
+        self.response_pieces = pieces(text)
+        if isinstance(limit, int) and 0 < limit < len(self.response_pieces):
+            self.response_pieces = self.response_pieces[:limit]
+            self.finish_reason = "length"
+        self.text = "".join(self.response_pieces)
+
+    @property
+    def response_ids(self) -> list[int]:
+        return [piece_id(p) for p in self.response_pieces]
+
+    def message(self) -> dict[str, Any]:
+        if self.tool_call is not None:
+            return {"role": "assistant", "content": None, "tool_calls": [self.tool_call]}
+        return {"role": "assistant", "content": self.text}
+
+    def usage(self) -> dict[str, int]:
+        n_prompt, n_response = len(self.prompt_ids), len(self.response_pieces)
+        return {"prompt_tokens": n_prompt, "completion_tokens": n_response, "total_tokens": n_prompt + n_response}
+
+
+def _logprob_entries(pieces_: list[str], start: int) -> list[dict[str, Any]]:
+    out = []
+    for i, piece in enumerate(pieces_, start):
+        out.append({"token": piece, "logprob": logprob_of(piece_id(piece), i), "bytes": list(piece.encode()),
+                    "top_logprobs": []})
+    return out
+
+
+class ScriptedUpstream:
+    """The ASGI app. `reject_unknown_params` answers 400 to `return_token_ids`, as a hosted API does."""
+
+    def __init__(self, *, model: str = "scripted", reject_unknown_params: bool = False, delay_s: float = 0.0) -> None:
+        self.model = model
+        self.reject_unknown_params = reject_unknown_params
+        self.delay_s = delay_s
+        self.requests = 0
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "lifespan":
+            while True:
+                event = await receive()
+                if event["type"] == "lifespan.startup":
+                    await send({"type": "lifespan.startup.complete"})
+                elif event["type"] == "lifespan.shutdown":
+                    await send({"type": "lifespan.shutdown.complete"})
+                    return
+        if scope["type"] != "http":
+            return
+        path, method = scope["path"].rstrip("/"), scope["method"]
+        if path.endswith("/v1/models") and method == "GET":
+            body = {"object": "list", "data": [{"id": self.model, "object": "model", "created": 0, "owned_by": "agl"}]}
+            await _respond(send, 200, orjson.dumps(body))
+        elif path.endswith("/v1/chat/completions") and method == "POST":
+            await self._chat(receive, send)
+        else:
+            await _respond(send, 404, _error_body(404, f"no route {method} {scope['path']}", "invalid_request_error"))
+
+    async def _chat(self, receive: Receive, send: Send) -> None:
+        self.requests += 1
+        raw = bytearray()
+        while True:
+            event = await receive()
+            raw += event.get("body", b"")
+            if not event.get("more_body"):
+                break
+        try:
+            request = _parse(bytes(raw), self.reject_unknown_params)
+            reply = _Reply(request)
+        except BadRequest as exc:
+            await _respond(send, exc.status, _error_body(exc.status, str(exc), exc.type))
+            return
+        if self.delay_s:
+            await asyncio.sleep(self.delay_s)
+        model = request.get("model") or self.model
+        want_ids = bool(request.get("return_token_ids"))
+        want_logprobs = bool(request.get("logprobs"))
+        if request.get("stream"):
+            await self._stream(send, request, reply, model, want_ids, want_logprobs)
+            return
+        choice: dict[str, Any] = {"index": 0, "message": reply.message(), "finish_reason": reply.finish_reason,
+                                  "logprobs": {"content": _logprob_entries(reply.response_pieces, 0)} if want_logprobs
+                                  else None}
+        body: dict[str, Any] = {"id": f"chatcmpl-{uuid.uuid4().hex}", "object": "chat.completion",
+                                "created": int(time.time()), "model": model, "choices": [choice], "usage": reply.usage()}
+        if want_ids:
+            choice["token_ids"] = reply.response_ids
+            body["prompt_token_ids"] = reply.prompt_ids
+        await _respond(send, 200, orjson.dumps(body))
+
+    async def _stream(
+        self, send: Send, request: dict[str, Any], reply: _Reply, model: str, want_ids: bool, want_logprobs: bool
+    ) -> None:
+        await send({"type": "http.response.start", "status": 200,
+                    "headers": [(b"content-type", b"text/event-stream"), (b"cache-control", b"no-cache")]})
+        base = {"id": f"chatcmpl-{uuid.uuid4().hex}", "object": "chat.completion.chunk", "created": int(time.time()),
+                "model": model}
+
+        def chunk(delta: dict[str, Any], piece_list: list[str], start: int, finish: str | None = None,
+                  **extra: Any) -> bytes:
+            choice: dict[str, Any] = {"index": 0, "delta": delta, "finish_reason": finish, "logprobs": None}
+            if want_logprobs and piece_list:
+                choice["logprobs"] = {"content": _logprob_entries(piece_list, start)}
+            if want_ids:
+                choice["token_ids"] = [piece_id(p) for p in piece_list]
+            return b"data: " + orjson.dumps({**base, "choices": [choice], **extra}) + b"\n\n"
+
+        first_extra = {"prompt_token_ids": reply.prompt_ids} if want_ids else {}
+        events = [chunk({"role": "assistant", "content": ""}, [], 0, **first_extra)]
+        if reply.tool_call is not None:
+            fn = reply.tool_call["function"]
+            events.append(chunk({"tool_calls": [{"index": 0, "id": reply.tool_call["id"], "type": "function",
+                                                 "function": {"name": fn["name"], "arguments": ""}}]}, [], 0))
+            events.append(chunk({"tool_calls": [{"index": 0, "function": {"arguments": fn["arguments"]}}]},
+                                reply.response_pieces, 0))
+        else:
+            events += [chunk({"content": p}, [p], i) for i, p in enumerate(reply.response_pieces)]
+        events.append(chunk({}, [], 0, reply.finish_reason))
+        if (request.get("stream_options") or {}).get("include_usage"):
+            events.append(b"data: " + orjson.dumps({**base, "choices": [], "usage": reply.usage()}) + b"\n\n")
+        events.append(b"data: [DONE]\n\n")
+        for event in events:
+            await send({"type": "http.response.body", "body": event, "more_body": True})
+        await send({"type": "http.response.body", "body": b"", "more_body": False})
+
+
+def _parse(raw: bytes, reject_unknown_params: bool) -> dict[str, Any]:
+    try:
+        request = orjson.loads(raw)
+    except orjson.JSONDecodeError as exc:
+        raise BadRequest(400, f"request body is not valid JSON: {exc}") from exc
+    if not isinstance(request, dict) or not isinstance(request.get("messages"), list) or not request["messages"]:
+        raise BadRequest(400, "request body must be a JSON object with a non-empty 'messages' list")
+    if not all(isinstance(m, dict) for m in request["messages"]):
+        raise BadRequest(400, "every entry of 'messages' must be an object")
+    if reject_unknown_params and "return_token_ids" in request:
+        raise BadRequest(400, "Unrecognized request argument supplied: return_token_ids")
+    return request
+
+
+async def _respond(send: Send, status: int, body: bytes) -> None:
+    await send({"type": "http.response.start", "status": status,
+                "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]})
+    await send({"type": "http.response.body", "body": body})
+
+
+def _uvicorn_config(app: ScriptedUpstream, host: str, port: int) -> Any:
+    import uvicorn
+
+    # loop/http "auto" pick uvloop and httptools (dependencies of agl-core): the upstream must not be the
+    # bottleneck of the proxy benchmark.
+    return uvicorn.Config(app, host=host, port=port, log_level="warning", access_log=False, lifespan="on")
+
+
+class ThreadedUpstream:
+    """A scripted upstream served from a background thread of this process; `url` ends in `/v1`."""
+
+    def __init__(self, app: ScriptedUpstream, host: str = "127.0.0.1") -> None:
+        import uvicorn
+
+        self.app = app
+        self._server = uvicorn.Server(_uvicorn_config(app, host, 0))
+        self._thread = threading.Thread(target=self._server.run, daemon=True)
+        self.url = ""
+
+    def start(self, timeout: float = 30.0) -> ThreadedUpstream:
+        self._thread.start()
+        deadline = time.monotonic() + timeout
+        while not self._server.started:
+            if time.monotonic() > deadline or not self._thread.is_alive():
+                raise RuntimeError("the scripted upstream did not start")
+            time.sleep(0.01)
+        host, port = self._server.servers[0].sockets[0].getsockname()[:2]
+        self.url = f"http://{host}:{port}/v1"
+        return self
+
+    def stop(self) -> None:
+        self._server.should_exit = True
+        self._thread.join(10)
+
+    def __enter__(self) -> ThreadedUpstream:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+
+def run_in_thread(**options: Any) -> ThreadedUpstream:
+    """Start a scripted upstream in this process (options as for `ScriptedUpstream`)."""
+    return ThreadedUpstream(ScriptedUpstream(**options)).start()
+
+
+def start_upstream_process(
+    *, reject_unknown_params: bool = False, delay_s: float = 0.0, model: str = "scripted", timeout: float = 60.0
+) -> tuple[subprocess.Popen[str], str]:
+    """Start `python -m agl.testing.upstream` on a free port; returns the process and its `/v1` base URL."""
+    from agl.testing.processes import _read_ready_line
+
+    args = [sys.executable, "-m", "agl.testing.upstream", "--port=0", f"--model={model}", f"--delay-s={delay_s}"]
+    if reject_unknown_params:
+        args.append("--reject-unknown-params")
+    proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    return proc, _read_ready_line(proc, READY_MARKER, timeout)
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(prog="python -m agl.testing.upstream", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--host", default="127.0.0.1")
+    parser.add_argument("--port", type=int, default=0, help="0 picks a free port")
+    parser.add_argument("--model", default="scripted", help="model name reported when a request names none")
+    parser.add_argument("--reject-unknown-params", action="store_true",
+                        help="answer 400 to return_token_ids, as a hosted API does")
+    parser.add_argument("--delay-s", type=float, default=0.0, help="wait this long before every answer")
+    args = parser.parse_args(argv)
+    import socket
+
+    import uvicorn
+
+    app = ScriptedUpstream(model=args.model, reject_unknown_params=args.reject_unknown_params, delay_s=args.delay_s)
+    sock = socket.socket(socket.AF_INET6 if ":" in args.host else socket.AF_INET, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.bind((args.host, args.port))
+    sock.listen(2048)  # connections wait in the backlog from here on, so announcing readiness now is safe
+    host, port = sock.getsockname()[:2]
+    print(f"{READY_MARKER} http://{host}:{port}/v1", flush=True)
+    uvicorn.Server(_uvicorn_config(app, args.host, args.port)).run(sockets=[sock])
+
+if __name__ == "__main__":
+    main()
