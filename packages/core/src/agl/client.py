@@ -107,10 +107,15 @@ class Client:
     def add_task(self, task: TaskIn) -> Task:
         return Task.model_validate(self._call("POST", "/tasks", _json(task)))
 
-    def enqueue(self, task: TaskIn | dict[str, Any] | str, *, n: int = 1, **options: Any) -> list[Rollout]:
-        """Enqueue `n` rollouts of a task: a `TaskIn`, a task input (dict) or an existing task id (str)."""
-        if isinstance(task, str):
-            req = EnqueueRequest(task_id=task, n=n, **options)
+    def enqueue(
+        self, task: TaskIn | Any = None, *, task_id: str | None = None, n: int = 1, **options: Any
+    ) -> list[Rollout]:
+        """Enqueue `n` rollouts of a task: a `TaskIn`, any JSON task input (dict, string, ...), or, with `task_id`,
+        a task already stored (a string is always an input, never read as an id)."""
+        if task_id is not None:
+            if task is not None:
+                raise ValueError("give either a task or task_id, not both")
+            req = EnqueueRequest(task_id=task_id, n=n, **options)
         else:
             req = EnqueueRequest(task=task if isinstance(task, TaskIn) else TaskIn(input=task), n=n, **options)
         return _rollouts.validate_python(self._call("POST", "/rollouts", _json(req)))

@@ -204,7 +204,7 @@ def rollouts(server_url: str, token: str | None, status: str | None, step: int |
     table = Table(title=f"rollouts {offset + 1}-{offset + len(items)} of {total}  " + "  ".join(
         f"{k}={v}" for k, v in sorted(counts.items())))
     for col in ("rollout", "task", "status", "attempts", "reward", "mode", "step", "error"):
-        table.add_column(col)
+        table.add_column(col, no_wrap=col != "error")  # ids are copied from here: never cut them
     colour = {"succeeded": "green", "failed": "red", "running": "yellow", "queued": "cyan", "cancelled": "magenta"}
     for r in items:
         table.add_row(
@@ -212,7 +212,7 @@ def rollouts(server_url: str, token: str | None, status: str | None, step: int |
             "-" if r.final_reward is None else f"{r.final_reward:g}", r.mode, "" if r.step is None else str(r.step),
             (r.error or "")[:60],
         )
-    Console().print(table)
+    Console(width=max(Console().width, 140)).print(table)
 
 
 @cli.command()

@@ -68,18 +68,26 @@ class BodySizeLimitMiddleware:
                 return
         seen = 0
         started = False
+        overflowed = False
+        message_413 = f"request body is over the limit of {self.max_bytes} bytes (agl serve --max-body-mb)"
 
         async def counted_receive() -> Any:
-            nonlocal seen
+            nonlocal seen, overflowed
             message = await receive()
             if message["type"] == "http.request":
                 seen += len(message.get("body", b""))
                 if seen > self.max_bytes:
+                    overflowed = True
                     raise BodyTooLarge
             return message
 
         async def tracked_send(message: Any) -> None:
             nonlocal started
+            if overflowed:  # the app may have turned BodyTooLarge into its own error: answer 413 instead
+                if message["type"] == "http.response.start" and not started:
+                    started = True
+                    await _reject(send, 413, message_413, "invalid_request_error")
+                return
             if message["type"] == "http.response.start":
                 started = True
             await send(message)
@@ -88,5 +96,4 @@ class BodySizeLimitMiddleware:
             await self.app(scope, counted_receive, tracked_send)
         except BodyTooLarge:
             if not started:
-                await _reject(send, 413, f"request body is over the limit of {self.max_bytes} bytes",
-                              "invalid_request_error")
+                await _reject(send, 413, message_413, "invalid_request_error")
