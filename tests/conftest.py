@@ -76,4 +76,6 @@ def wait_until(predicate: Callable[[], bool], timeout: float, what: str) -> None
 
 
 def run_cli(*args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "agl.cli.main", *args], capture_output=True, text=True, check=check, timeout=120)
+    return subprocess.run(
+        [sys.executable, "-m", "agl.cli.main", *args], capture_output=True, text=True, check=check, timeout=120
+    )

@@ -29,8 +29,15 @@ def stored(server: ServerProcess, client: Client) -> dict[str, Any]:
     (rollout,) = client.enqueue({"question": "keep me"})
     claim = httpx.post(f"{server.url}{API}/claims", json={"worker_id": "w", "max_rollouts": 1}).json()[0]
     attempt = claim["attempt"]["id"]
-    span = {"trace_id": "a" * 32, "span_id": "b" * 16, "name": "kept", "start_time": 1.0, "end_time": 2.0,
-            "rollout_id": rollout.id, "attempt_id": attempt}
+    span = {
+        "trace_id": "a" * 32,
+        "span_id": "b" * 16,
+        "name": "kept",
+        "start_time": 1.0,
+        "end_time": 2.0,
+        "rollout_id": rollout.id,
+        "attempt_id": attempt,
+    }
     assert httpx.post(f"{server.url}{API}/spans", json={"spans": [span]}).status_code == 200
     reward = {"rollout_id": rollout.id, "attempt_id": attempt, "value": 0.5, "name": "kept"}
     assert httpx.post(f"{server.url}{API}/rewards", json=[reward]).status_code == 200
@@ -60,10 +67,20 @@ BAD_REQUESTS = [
     ("GET", f"{API}/rollouts/ro-nope", None, 404, ["ro-nope"]),
     ("POST", f"{API}/attempts/at-nope/complete", {"status": "succeeded"}, 404, ["at-nope"]),
     ("POST", f"{API}/attempts/at-nope/heartbeat", {}, 404, ["at-nope"]),
-    ("POST", f"{API}/spans", {"spans": [{"trace_id": "xyz", "span_id": "b" * 16, "name": "s", "start_time": 1,
-                                         "end_time": 2}]}, 422, ["trace_id"]),
-    ("POST", f"{API}/spans", {"spans": [{"trace_id": "c" * 32, "span_id": "d" * 16, "name": "s", "start_time": 2,
-                                         "end_time": 1}]}, 422, ["end_time", "before start_time"]),
+    (
+        "POST",
+        f"{API}/spans",
+        {"spans": [{"trace_id": "xyz", "span_id": "b" * 16, "name": "s", "start_time": 1, "end_time": 2}]},
+        422,
+        ["trace_id"],
+    ),
+    (
+        "POST",
+        f"{API}/spans",
+        {"spans": [{"trace_id": "c" * 32, "span_id": "d" * 16, "name": "s", "start_time": 2, "end_time": 1}]},
+        422,
+        ["end_time", "before start_time"],
+    ),
     ("POST", "/v1/traces", b"\x00garbage", 400, ["OTLP"]),
     ("POST", "/rollout/ro-nope/attempt/at-nope/v1/chat/completions", {"messages": []}, 404, ["at-nope"]),
 ]
@@ -71,7 +88,13 @@ BAD_REQUESTS = [
 
 @pytest.mark.parametrize(("method", "path", "body", "status", "words"), BAD_REQUESTS)
 def test_bad_request_is_refused_with_a_message_and_loses_nothing(
-    server: ServerProcess, client: Client, stored: dict[str, Any], method: str, path: str, body: Any, status: int,
+    server: ServerProcess,
+    client: Client,
+    stored: dict[str, Any],
+    method: str,
+    path: str,
+    body: Any,
+    status: int,
     words: list[str],
 ) -> None:
     content = body if isinstance(body, bytes) or body is None else json.dumps(body).encode()
@@ -85,7 +108,9 @@ def test_bad_request_is_refused_with_a_message_and_loses_nothing(
 
 
 @pytest.mark.parametrize("value", ["NaN", "Infinity", "-Infinity"])
-def test_non_finite_reward_is_refused(server: ServerProcess, client: Client, stored: dict[str, Any], value: str) -> None:
+def test_non_finite_reward_is_refused(
+    server: ServerProcess, client: Client, stored: dict[str, Any], value: str
+) -> None:
     body = f'[{{"rollout_id": "{stored["rollout"]}", "attempt_id": "{stored["attempt"]}", "value": {value}}}]'
     resp = httpx.post(f"{server.url}{API}/rewards", content=body, headers={"content-type": "application/json"})
     assert resp.status_code == 422
@@ -170,16 +195,26 @@ def test_unreachable_upstream_is_a_502_the_agent_can_read(tmp_path: Path) -> Non
 def test_non_loopback_bind_requires_a_token_on_every_route(tmp_path: Path, upstream: str) -> None:
     refused = subprocess.run(
         [sys.executable, "-m", "agl.cli.main", "serve", f"--run-dir={tmp_path / 'x'}", "--host=0.0.0.0", "--port=0"],
-        capture_output=True, text=True, timeout=60, env={k: v for k, v in os.environ.items() if k != "AGL_TOKEN"},
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={k: v for k, v in os.environ.items() if k != "AGL_TOKEN"},
     )
     assert refused.returncode != 0 and "token" in refused.stderr
 
     srv = start_server(tmp_path / "run", upstream=upstream, host="0.0.0.0", token="s3cret")
     try:
         url = f"http://127.0.0.1:{srv.port}"
-        routes = [("GET", f"{API}/info"), ("GET", f"{API}/rollouts"), ("POST", f"{API}/rollouts"), ("GET", "/docs"),
-                  ("GET", "/openapi.json"), ("POST", "/v1/traces"), ("GET", "/v1/models"),
-                  ("POST", "/rollout/r/attempt/a/v1/chat/completions")]
+        routes = [
+            ("GET", f"{API}/info"),
+            ("GET", f"{API}/rollouts"),
+            ("POST", f"{API}/rollouts"),
+            ("GET", "/docs"),
+            ("GET", "/openapi.json"),
+            ("POST", "/v1/traces"),
+            ("GET", "/v1/models"),
+            ("POST", "/rollout/r/attempt/a/v1/chat/completions"),
+        ]
         for method, path in routes:
             assert httpx.request(method, url + path).status_code == 401, path
             wrong = httpx.request(method, url + path, headers={"authorization": "Bearer nope"})
@@ -195,8 +230,13 @@ def test_non_loopback_bind_requires_a_token_on_every_route(tmp_path: Path, upstr
 
 def test_openapi_document_is_served(server: ServerProcess) -> None:
     doc = httpx.get(f"{server.url}/openapi.json").json()
-    for path in (f"{API}/rollouts", f"{API}/claims", f"{API}/spans", "/v1/traces",
-                 "/rollout/{rollout_id}/attempt/{attempt_id}/v1/chat/completions"):
+    for path in (
+        f"{API}/rollouts",
+        f"{API}/claims",
+        f"{API}/spans",
+        "/v1/traces",
+        "/rollout/{rollout_id}/attempt/{attempt_id}/v1/chat/completions",
+    ):
         assert path in doc["paths"], path
 
 

@@ -27,7 +27,9 @@ def enqueue_questions(client: Client, n: int = 2) -> list[str]:
     return ids
 
 
-def test_rollouts_through_proxy_store_exact_calls_agents_and_rewards(server: ServerProcess, client: Client, workers: Any) -> None:
+def test_rollouts_through_proxy_store_exact_calls_agents_and_rewards(
+    server: ServerProcess, client: Client, workers: Any
+) -> None:
     ids = enqueue_questions(client)
     workers("calc_agent", server.url, concurrency=3, extra_args=["--idle-exit=3"])
     workers("calc_agent", server.url, concurrency=3, extra_args=["--idle-exit=3"])
@@ -57,7 +59,9 @@ def test_rollouts_through_proxy_store_exact_calls_agents_and_rewards(server: Ser
         assert rewards == {("tool_ok", "explicit", 0, 0.1), ("final", "returned", 1, 1.0)}
         tool_spans = [s for s in detail.spans if s.name == "tool:calculator"]
         assert len(tool_spans) == 1 and tool_spans[0].status.value == "ok"
-        agent_spans = {s.attributes.get("agl.agent.name") for s in detail.spans if s.attributes.get("agl.span.kind") == "agent"}
+        agent_spans = {
+            s.attributes.get("agl.agent.name") for s in detail.spans if s.attributes.get("agl.span.kind") == "agent"
+        }
         assert agent_spans == {"planner", "answerer"}
         # the LLM call hangs under its agent's span
         span_of = {s.span_id: s for s in detail.spans}
@@ -113,7 +117,8 @@ def test_server_killed_and_restarted_loses_no_finished_work(server: ServerProces
     with Store(server.run_dir) as snapshot:
         finished = {
             r.id: (r.final_attempt_id, len(snapshot.spans(r.id)), len(snapshot.llm_calls(r.id)))
-            for r in snapshot.get_rollouts(ids) if r.status.value == "succeeded"
+            for r in snapshot.get_rollouts(ids)
+            if r.status.value == "succeeded"
         }
     assert finished
     server.start()
@@ -127,7 +132,9 @@ def test_server_killed_and_restarted_loses_no_finished_work(server: ServerProces
             assert n_spans >= 3 and n_calls >= 2  # two agent spans and a tool span; two calls
 
 
-def test_failing_agent_is_retried_then_failed_with_its_error(server: ServerProcess, client: Client, workers: Any) -> None:
+def test_failing_agent_is_retried_then_failed_with_its_error(
+    server: ServerProcess, client: Client, workers: Any
+) -> None:
     (rollout,) = client.enqueue({"question": "q7"}, max_attempts=2)
     workers("failing_agent", server.url, concurrency=1, extra_args=["--idle-exit=3"])
     (done,) = wait_all(client, [rollout.id])

@@ -12,8 +12,8 @@ import time
 from pathlib import Path
 
 import httpx
-
 from _common import report, upstream_and_server
+
 from agl.client import Client
 from agl.testing.processes import start_worker
 
@@ -39,7 +39,11 @@ def run_batch(client: Client, n: int, timeout: float = 600) -> float:
 
 
 def main(n: int = 1000, processes: int = 4, concurrency: int = 16) -> dict[str, object]:
-    rows: dict[str, object] = {"worker processes": processes, "rollouts at once per process": concurrency, "rollouts": n}
+    rows: dict[str, object] = {
+        "worker processes": processes,
+        "rollouts at once per process": concurrency,
+        "rollouts": n,
+    }
     with upstream_and_server() as (_, server):
         workers: list[subprocess.Popen[bytes]] = [
             start_worker(AGENT, server.url, concurrency=concurrency, extra_args=["--heartbeat=2"])

@@ -19,7 +19,9 @@ PROBE = (
 def measure(stmt: str, repeats: int) -> tuple[float, float, int]:
     times, rss, modules = [], [], 0
     for _ in range(repeats):
-        out = subprocess.run([sys.executable, "-c", PROBE.format(stmt=stmt)], capture_output=True, text=True, check=True)
+        out = subprocess.run(
+            [sys.executable, "-c", PROBE.format(stmt=stmt)], capture_output=True, text=True, check=True
+        )
         dt, mb, n = out.stdout.split()
         times.append(float(dt))
         rss.append(float(mb))

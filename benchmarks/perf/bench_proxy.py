@@ -13,14 +13,18 @@ from typing import Any
 
 import httpx
 import orjson
-
 from _common import median, percentile, report, upstream_and_server
 
-BODY = {"model": "scripted", "messages": [{"role": "user", "content": "Say something about the weather today."}],
-        "max_tokens": 32}
+BODY = {
+    "model": "scripted",
+    "messages": [{"role": "user", "content": "Say something about the weather today."}],
+    "max_tokens": 32,
+}
 
 
-async def run_round(client: httpx.AsyncClient, url: str, body: bytes, n: int, concurrency: int) -> tuple[list[float], float]:
+async def run_round(
+    client: httpx.AsyncClient, url: str, body: bytes, n: int, concurrency: int
+) -> tuple[list[float], float]:
     latencies: list[float] = []
     remaining = [n]
 
@@ -39,7 +43,9 @@ async def run_round(client: httpx.AsyncClient, url: str, body: bytes, n: int, co
     return latencies, time.perf_counter() - t0
 
 
-async def compare(direct_url: str, proxy_url: str, *, stream: bool, concurrency: int, n: int, rounds: int) -> dict[str, Any]:
+async def compare(
+    direct_url: str, proxy_url: str, *, stream: bool, concurrency: int, n: int, rounds: int
+) -> dict[str, Any]:
     direct_body = orjson.dumps({**BODY, "stream": stream, "return_token_ids": True, "logprobs": True})
     proxy_body = orjson.dumps({**BODY, "stream": stream})
     limits = httpx.Limits(max_connections=concurrency, max_keepalive_connections=concurrency)
@@ -71,10 +77,14 @@ def main(n: int = 200, rounds: int = 5) -> dict[str, Any]:
         claim = httpx.post(f"{server.url}/api/v1/rollouts", json={"task": {"input": "bench"}}).json()
         assert claim
         (claimed,) = httpx.post(f"{server.url}/api/v1/claims", json={"worker_id": "bench", "lease_s": 3600}).json()
-        proxy_url = f"{server.url}/rollout/{claimed['rollout']['id']}/attempt/{claimed['attempt']['id']}/v1/chat/completions"
+        proxy_url = (
+            f"{server.url}/rollout/{claimed['rollout']['id']}/attempt/{claimed['attempt']['id']}/v1/chat/completions"
+        )
         direct_url = f"{upstream_url}/chat/completions"
         for label, stream, concurrency in (("c=1", False, 1), ("c=1 stream", True, 1), ("c=32", False, 32)):
-            result = asyncio.run(compare(direct_url, proxy_url, stream=stream, concurrency=concurrency, n=n, rounds=rounds))
+            result = asyncio.run(
+                compare(direct_url, proxy_url, stream=stream, concurrency=concurrency, n=n, rounds=rounds)
+            )
             rows.update({f"{label}: {k}": v for k, v in result.items()})
         stored = httpx.get(f"{server.url}/api/v1/stats").json()["counts"]["llm_calls"]
         rows["calls stored by the proxy"] = stored

@@ -15,8 +15,8 @@ from pathlib import Path
 
 import httpx
 import orjson
-
 from _common import report
+
 from agl.testing.processes import start_server
 
 
@@ -26,10 +26,19 @@ def json_batches(n_batches: int, batch: int) -> list[bytes]:
     for _ in range(n_batches):
         trace = secrets.token_hex(16)
         spans = [
-            {"trace_id": trace, "span_id": secrets.token_hex(8), "parent_id": None, "name": f"tool:calc-{i % 7}",
-             "start_time": now, "end_time": now + 0.01, "status": "ok",
-             "attributes": {"agl.span.kind": "tool", "gen_ai.tool.name": "calc", "agl.tool.arguments": "1+2"},
-             "rollout_id": "ro-bench", "attempt_id": "at-bench", "agent_name": "bench"}
+            {
+                "trace_id": trace,
+                "span_id": secrets.token_hex(8),
+                "parent_id": None,
+                "name": f"tool:calc-{i % 7}",
+                "start_time": now,
+                "end_time": now + 0.01,
+                "status": "ok",
+                "attributes": {"agl.span.kind": "tool", "gen_ai.tool.name": "calc", "agl.tool.arguments": "1+2"},
+                "rollout_id": "ro-bench",
+                "attempt_id": "at-bench",
+                "agent_name": "bench",
+            }
             for i in range(batch)
         ]
         bodies.append(orjson.dumps({"spans": spans}))
@@ -46,12 +55,20 @@ def otlp_batches(n_batches: int, batch: int) -> list[bytes]:
     for _ in range(n_batches):
         trace = secrets.token_bytes(16)
         spans = [
-            Span(trace_id=trace, span_id=secrets.token_bytes(8), name=f"llm-step-{i % 5}", kind=Span.SPAN_KIND_INTERNAL,
-                 start_time_unix_nano=now, end_time_unix_nano=now + 10_000_000,
-                 attributes=[KeyValue(key="agl.rollout_id", value=AnyValue(string_value="ro-bench")),
-                             KeyValue(key="agl.attempt_id", value=AnyValue(string_value="at-bench")),
-                             KeyValue(key="step", value=AnyValue(int_value=i))],
-                 status=Status(code=Status.STATUS_CODE_OK))
+            Span(
+                trace_id=trace,
+                span_id=secrets.token_bytes(8),
+                name=f"llm-step-{i % 5}",
+                kind=Span.SPAN_KIND_INTERNAL,
+                start_time_unix_nano=now,
+                end_time_unix_nano=now + 10_000_000,
+                attributes=[
+                    KeyValue(key="agl.rollout_id", value=AnyValue(string_value="ro-bench")),
+                    KeyValue(key="agl.attempt_id", value=AnyValue(string_value="at-bench")),
+                    KeyValue(key="step", value=AnyValue(int_value=i)),
+                ],
+                status=Status(code=Status.STATUS_CODE_OK),
+            )
             for i in range(batch)
         ]
         req = ExportTraceServiceRequest(resource_spans=[ResourceSpans(scope_spans=[ScopeSpans(spans=spans)])])

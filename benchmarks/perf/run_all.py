@@ -7,10 +7,10 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-import bench_e2e  # noqa: E402
-import bench_import  # noqa: E402
-import bench_proxy  # noqa: E402
-import bench_spans  # noqa: E402
+import bench_e2e
+import bench_import
+import bench_proxy
+import bench_spans
 
 
 def main() -> None:

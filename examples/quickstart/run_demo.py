@@ -39,7 +39,9 @@ def make_tasks(n: int, seed: int = 0) -> list[dict[str, object]]:
 
 
 def cli(*args: str) -> str:
-    return subprocess.run([sys.executable, "-m", "agl.cli.main", *args], capture_output=True, text=True, check=True).stdout
+    return subprocess.run(
+        [sys.executable, "-m", "agl.cli.main", *args], capture_output=True, text=True, check=True
+    ).stdout
 
 
 def main() -> None:
@@ -53,7 +55,9 @@ def main() -> None:
     upstream, upstream_url = start_upstream_process()
     server = start_server(args.run_dir, upstream=upstream_url)
     workers = [
-        start_worker(f"{HERE / 'agent.py'}:calc_agent", server.url, concurrency=4, log_path=args.run_dir / f"worker-{i}.log")
+        start_worker(
+            f"{HERE / 'agent.py'}:calc_agent", server.url, concurrency=4, log_path=args.run_dir / f"worker-{i}.log"
+        )
         for i in range(args.workers)
     ]
     console.print(f"agl serve at {server.url}  (run directory {args.run_dir}, backend {upstream_url})")
@@ -82,14 +86,20 @@ def main() -> None:
             console.print(cli("show", ids[0], f"--server={server.url}"), markup=False, highlight=False)
             console.rule("summary")
             succeeded = sum(r.status.value == "succeeded" for r in rollouts)
-            console.print(f"rollouts: {succeeded}/{len(ids)} succeeded in {elapsed:.1f} s "
-                          f"({len(ids) / elapsed:.1f} rollouts/s with {args.workers} worker processes)")
+            console.print(
+                f"rollouts: {succeeded}/{len(ids)} succeeded in {elapsed:.1f} s "
+                f"({len(ids) / elapsed:.1f} rollouts/s with {args.workers} worker processes)"
+            )
             console.print(f"mean final reward: {sum(rewards) / max(len(rewards), 1):.2f}")
             agents = sorted({c["agent_name"] for c in calls})
             tokens = sum(len(c["prompt_ids"]) + len(c["response_ids"]) for c in calls)
-            console.print(f"trainable LLM calls exported: {len(calls)} (agents {agents}, {tokens} token ids) -> {export_path}")
-            console.print(f"store: {args.run_dir / 'agl.sqlite'}; look around with "
-                          f"`agl rollouts --server {server.url}` while it runs, or reopen it with `agl serve --run-dir {args.run_dir}`")
+            console.print(
+                f"trainable LLM calls exported: {len(calls)} (agents {agents}, {tokens} token ids) -> {export_path}"
+            )
+            console.print(
+                f"store: {args.run_dir / 'agl.sqlite'}; look around with "
+                f"`agl rollouts --server {server.url}` while it runs, or reopen it with `agl serve --run-dir {args.run_dir}`"
+            )
     finally:
         for w in workers:
             w.terminate()

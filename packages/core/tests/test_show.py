@@ -29,56 +29,161 @@ TRACE = "0" * 31 + "1"
 WRITER, CHECKER, TOOL, ORPHAN, OLD = "a" * 16, "b" * 16, "c" * 16, "d" * 16, "e" * 16
 
 
-def span(span_id: str, name: str, start: float, end: float, attempt_id: str = "at-2", parent: str | None = None,
-         status: SpanStatus = SpanStatus.ok, message: str | None = None,
-         attributes: dict[str, JsonValue] | None = None) -> Span:
-    return Span(trace_id=TRACE, span_id=span_id, parent_id=parent, name=name, start_time=start, end_time=end,
-                attributes=attributes or {}, status=status, status_message=message, rollout_id="ro-1",
-                attempt_id=attempt_id)
+def span(
+    span_id: str,
+    name: str,
+    start: float,
+    end: float,
+    attempt_id: str = "at-2",
+    parent: str | None = None,
+    status: SpanStatus = SpanStatus.ok,
+    message: str | None = None,
+    attributes: dict[str, JsonValue] | None = None,
+) -> Span:
+    return Span(
+        trace_id=TRACE,
+        span_id=span_id,
+        parent_id=parent,
+        name=name,
+        start_time=start,
+        end_time=end,
+        attributes=attributes or {},
+        status=status,
+        status_message=message,
+        rollout_id="ro-1",
+        attempt_id=attempt_id,
+    )
 
 
-def call(seq: int, agent: str | None, parent: str | None, start: float, attempt_id: str = "at-2",
-         trainable: bool = True, reason: str | None = None) -> LLMCall:
+def call(
+    seq: int,
+    agent: str | None,
+    parent: str | None,
+    start: float,
+    attempt_id: str = "at-2",
+    trainable: bool = True,
+    reason: str | None = None,
+) -> LLMCall:
     return LLMCall(
-        id=f"llm-{attempt_id}-{seq}", rollout_id="ro-1", attempt_id=attempt_id, seq=seq, agent_name=agent,
-        attribution=Attribution.scope if agent else Attribution.unattributed, trace_id=TRACE,
-        parent_span_id=parent, model_requested="gpt", model="policy", model_version=4,
-        request={"messages": [{"role": "system", "content": "be brief"}, {"role": "user", "content": f"ask {seq} in {attempt_id}"}]},
-        response_message={"role": "assistant", "content": f"answer {seq}",
-                          "tool_calls": [{"id": "t", "type": "function",
-                                          "function": {"name": "run_sql", "arguments": '{"sql": "SELECT 1"}'}}]},
-        prompt_ids=[1, 2, 3] if trainable else None, response_ids=[4, 5] if trainable else None,
-        logprobs=[-0.1, -0.2] if trainable else None, finish_reason="stop", stream=False, status="ok",
-        http_status=200, error=None, started_at=start, latency_s=0.25, usage={}, trainable=trainable,
+        id=f"llm-{attempt_id}-{seq}",
+        rollout_id="ro-1",
+        attempt_id=attempt_id,
+        seq=seq,
+        agent_name=agent,
+        attribution=Attribution.scope if agent else Attribution.unattributed,
+        trace_id=TRACE,
+        parent_span_id=parent,
+        model_requested="gpt",
+        model="policy",
+        model_version=4,
+        request={
+            "messages": [
+                {"role": "system", "content": "be brief"},
+                {"role": "user", "content": f"ask {seq} in {attempt_id}"},
+            ]
+        },
+        response_message={
+            "role": "assistant",
+            "content": f"answer {seq}",
+            "tool_calls": [
+                {"id": "t", "type": "function", "function": {"name": "run_sql", "arguments": '{"sql": "SELECT 1"}'}}
+            ],
+        },
+        prompt_ids=[1, 2, 3] if trainable else None,
+        response_ids=[4, 5] if trainable else None,
+        logprobs=[-0.1, -0.2] if trainable else None,
+        finish_reason="stop",
+        stream=False,
+        status="ok",
+        http_status=200,
+        error=None,
+        started_at=start,
+        latency_s=0.25,
+        usage={},
+        trainable=trainable,
         not_trainable_reason=reason,
     )
 
 
-def reward(rid: int, name: str, value: float, source: RewardSource, after: int, span_id: str | None,
-           ts: float) -> Reward:
-    return Reward(id=rid, rollout_id="ro-1", attempt_id="at-2", value=value, name=name, source=source,
-                  after_llm_seq=after, span_id=span_id, timestamp=ts)
+def reward(
+    rid: int, name: str, value: float, source: RewardSource, after: int, span_id: str | None, ts: float
+) -> Reward:
+    return Reward(
+        id=rid,
+        rollout_id="ro-1",
+        attempt_id="at-2",
+        value=value,
+        name=name,
+        source=source,
+        after_llm_seq=after,
+        span_id=span_id,
+        timestamp=ts,
+    )
 
 
 def make_detail() -> RolloutDetail:
     rollout = Rollout(
-        id="ro-1", task_id="t-1", mode="train", step=3, status=RolloutStatus.succeeded, attempt_count=2,
-        max_attempts=3, timeout_s=None, created_at=90.0, started_at=90.0, ended_at=105.0, final_attempt_id="at-2",
-        final_reward=1.0, error=None, metadata={},
+        id="ro-1",
+        task_id="t-1",
+        mode="train",
+        step=3,
+        status=RolloutStatus.succeeded,
+        attempt_count=2,
+        max_attempts=3,
+        timeout_s=None,
+        created_at=90.0,
+        started_at=90.0,
+        ended_at=105.0,
+        final_attempt_id="at-2",
+        final_reward=1.0,
+        error=None,
+        metadata={},
     )
     attempts = [
-        Attempt(id="at-1", rollout_id="ro-1", number=1, worker_id="w-1", status=AttemptStatus.lost,
-                started_at=90.0, heartbeat_at=91.0, lease_expires_at=95.0, ended_at=95.0, error="lease expired"),
-        Attempt(id="at-2", rollout_id="ro-1", number=2, worker_id="w-2", status=AttemptStatus.succeeded,
-                started_at=99.0, heartbeat_at=104.0, lease_expires_at=130.0, ended_at=105.0, error=None),
+        Attempt(
+            id="at-1",
+            rollout_id="ro-1",
+            number=1,
+            worker_id="w-1",
+            status=AttemptStatus.lost,
+            started_at=90.0,
+            heartbeat_at=91.0,
+            lease_expires_at=95.0,
+            ended_at=95.0,
+            error="lease expired",
+        ),
+        Attempt(
+            id="at-2",
+            rollout_id="ro-1",
+            number=2,
+            worker_id="w-2",
+            status=AttemptStatus.succeeded,
+            started_at=99.0,
+            heartbeat_at=104.0,
+            lease_expires_at=130.0,
+            ended_at=105.0,
+            error=None,
+        ),
     ]
     spans = [
         # Given out of order: the tree must sort by start time.
         span(CHECKER, "agent:checker", 101.0, 103.0, attributes={attr.SPAN_KIND: "agent", attr.AGENT_NAME: "checker"}),
         span(WRITER, "agent:writer", 100.0, 101.0, attributes={attr.SPAN_KIND: "agent", attr.AGENT_NAME: "writer"}),
-        span(TOOL, "tool:run_sql", 102.0, 102.5, parent=CHECKER, status=SpanStatus.error, message="OperationalError",
-             attributes={attr.SPAN_KIND: "tool", attr.TOOL_NAME: "run_sql", attr.TOOL_ARGUMENTS: '{"sql": "SELEC 1"}',
-                attr.TOOL_RESULT: "[red]syntax error"}),
+        span(
+            TOOL,
+            "tool:run_sql",
+            102.0,
+            102.5,
+            parent=CHECKER,
+            status=SpanStatus.error,
+            message="OperationalError",
+            attributes={
+                attr.SPAN_KIND: "tool",
+                attr.TOOL_NAME: "run_sql",
+                attr.TOOL_ARGUMENTS: '{"sql": "SELEC 1"}',
+                attr.TOOL_RESULT: "[red]syntax error",
+            },
+        ),
         span(ORPHAN, "retrieve", 99.5, 99.7, parent="f" * 16),  # parent never arrived: hangs at attempt level
         span(OLD, "agent:writer", 91.0, 92.0, attempt_id="at-1", attributes={attr.SPAN_KIND: "agent"}),
     ]
@@ -166,7 +271,7 @@ def test_llm_and_tool_lines(detail: RolloutDetail) -> None:
     assert "✗ not trainable: backend returned no token ids" in llm1
     assert "agent=⚠ unattributed" in lines[find(lines, "LLM #2  agent")]
     tool = lines[find(lines, "tool run_sql")]
-    assert 'tool run_sql error' in tool and 'args={"sql": "SELEC 1"}' in tool and "→ [red]syntax error" in tool
+    assert "tool run_sql error" in tool and 'args={"sql": "SELEC 1"}' in tool and "→ [red]syntax error" in tool
     assert tool.endswith("OperationalError")
     # Previews of messages only with full.
     assert not any("ask 0 in" in line for line in lines)

@@ -34,11 +34,31 @@ def enqueue(store: Store, n: int = 1, **kw: object) -> list[str]:
 
 def call(rollout_id: str, attempt_id: str, seq: int) -> LLMCall:
     return LLMCall(
-        id=f"llm-{attempt_id}-{seq}", rollout_id=rollout_id, attempt_id=attempt_id, seq=seq, agent_name="a",
-        attribution=Attribution.scope, trace_id=None, parent_span_id=None, model_requested="m", model="m",
-        model_version=None, request={"messages": []}, response_message={"role": "assistant", "content": "x"},
-        prompt_ids=[1, 2], response_ids=[3], logprobs=[-0.1], finish_reason="stop", stream=False, status="ok",
-        http_status=200, error=None, started_at=time.time(), latency_s=0.01, usage={}, trainable=True,
+        id=f"llm-{attempt_id}-{seq}",
+        rollout_id=rollout_id,
+        attempt_id=attempt_id,
+        seq=seq,
+        agent_name="a",
+        attribution=Attribution.scope,
+        trace_id=None,
+        parent_span_id=None,
+        model_requested="m",
+        model="m",
+        model_version=None,
+        request={"messages": []},
+        response_message={"role": "assistant", "content": "x"},
+        prompt_ids=[1, 2],
+        response_ids=[3],
+        logprobs=[-0.1],
+        finish_reason="stop",
+        stream=False,
+        status="ok",
+        http_status=200,
+        error=None,
+        started_at=time.time(),
+        latency_s=0.01,
+        usage={},
+        trainable=True,
         not_trainable_reason=None,
     )
 
@@ -50,13 +70,17 @@ def test_life_cycle_and_final_reward(store: Store) -> None:
     assert all(c.rollout.status is RolloutStatus.running and c.attempt.number == 1 for c in claims)
     # returned float wins
     r0 = store.complete(claims[0].attempt.id, "succeeded", reward=0.75).result()
-    assert r0.status is RolloutStatus.succeeded and r0.final_reward == 0.75 and r0.final_attempt_id == claims[0].attempt.id
+    assert (
+        r0.status is RolloutStatus.succeeded and r0.final_reward == 0.75 and r0.final_attempt_id == claims[0].attempt.id
+    )
     # no returned float: the last explicit reward of the final attempt
     a1 = claims[1].attempt
-    store.add_rewards([
-        RewardIn(rollout_id=ids[1], attempt_id=a1.id, value=0.1, name="step", timestamp=1.0),
-        RewardIn(rollout_id=ids[1], attempt_id=a1.id, value=0.9, name="end", timestamp=2.0),
-    ]).result()
+    store.add_rewards(
+        [
+            RewardIn(rollout_id=ids[1], attempt_id=a1.id, value=0.1, name="step", timestamp=1.0),
+            RewardIn(rollout_id=ids[1], attempt_id=a1.id, value=0.9, name="end", timestamp=2.0),
+        ]
+    ).result()
     assert store.complete(a1.id, "succeeded").result().final_reward == 0.9
     # no reward at all stays None, never 0
     assert store.complete(claims[2].attempt.id, "succeeded").result().final_reward is None
@@ -160,7 +184,9 @@ def test_one_failing_write_does_not_roll_back_its_batch(store: Store) -> None:
 def test_resent_spans_and_rewards_are_stored_once(store: Store) -> None:
     (rid,) = enqueue(store)
     att = store.claim("w", 1, 30).result()[0].attempt
-    span = SpanIn(trace_id="a" * 32, span_id="b" * 16, name="s", start_time=1, end_time=2, rollout_id=rid, attempt_id=att.id)
+    span = SpanIn(
+        trace_id="a" * 32, span_id="b" * 16, name="s", start_time=1, end_time=2, rollout_id=rid, attempt_id=att.id
+    )
     assert store.add_spans([span]).result() == 1
     assert store.add_spans([span]).result() == 0
     reward = RewardIn(rollout_id=rid, attempt_id=att.id, value=1.0, uid="u1")

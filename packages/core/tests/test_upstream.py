@@ -11,7 +11,14 @@ import httpx
 import openai
 import pytest
 
-from agl.testing.upstream import ThreadedUpstream, encode, logprob_of, render_prompt, run_in_thread, start_upstream_process
+from agl.testing.upstream import (
+    ThreadedUpstream,
+    encode,
+    logprob_of,
+    render_prompt,
+    run_in_thread,
+    start_upstream_process,
+)
 
 TOOLS = [{"type": "function", "function": {"name": "calculator", "parameters": {"type": "object"}}}]
 
@@ -29,7 +36,7 @@ def post(up: ThreadedUpstream, body: dict[str, Any] | bytes) -> httpx.Response:
 
 
 def sse_chunks(resp: httpx.Response) -> list[dict[str, Any]]:
-    events = [line[len("data: "):] for line in resp.text.split("\n") if line.startswith("data: ")]
+    events = [line[len("data: ") :] for line in resp.text.split("\n") if line.startswith("data: ")]
     assert events[-1] == "[DONE]"
     return [json.loads(e) for e in events[:-1]]
 
@@ -42,16 +49,23 @@ def test_encode_splits_words_punctuation_and_spaces() -> None:
 
 
 def test_render_prompt_follows_the_documented_template() -> None:
-    messages = [{"role": "user", "content": "hi"},
-                {"role": "assistant", "content": None,
-                 "tool_calls": [{"id": "c", "type": "function", "function": {"name": "f", "arguments": '{"x": 1}'}}]},
-                {"role": "tool", "tool_call_id": "c", "content": "2"}]
+    messages = [
+        {"role": "user", "content": "hi"},
+        {
+            "role": "assistant",
+            "content": None,
+            "tool_calls": [{"id": "c", "type": "function", "function": {"name": "f", "arguments": '{"x": 1}'}}],
+        },
+        {"role": "tool", "tool_call_id": "c", "content": "2"},
+    ]
     text = render_prompt(messages, TOOLS)
     assert text.startswith("<|tools|>\n[{")
     assert '<|user|>\nhi\n<|assistant|>\n<tool_call>{"arguments":{"x":1},"name":"f"}</tool_call>\n<|tool|>\n2\n' in text
     assert text.endswith("<|assistant|>\n")
-    assert render_prompt([{"role": "user", "content": [{"type": "text", "text": "a"}, {"type": "text", "text": "b"}]}]) \
+    assert (
+        render_prompt([{"role": "user", "content": [{"type": "text", "text": "a"}, {"type": "text", "text": "b"}]}])
         == "<|user|>\nab\n<|assistant|>\n"
+    )
 
 
 def test_complete_answer_carries_exact_ids_and_logprobs_when_asked(upstream: ThreadedUpstream) -> None:
@@ -62,7 +76,8 @@ def test_complete_answer_carries_exact_ids_and_logprobs_when_asked(upstream: Thr
     assert body["prompt_token_ids"] == encode(render_prompt(messages))
     assert choice["token_ids"] == encode("Echo: good morning")
     assert [e["logprob"] for e in choice["logprobs"]["content"]] == [
-        logprob_of(t, i) for i, t in enumerate(choice["token_ids"])]
+        logprob_of(t, i) for i, t in enumerate(choice["token_ids"])
+    ]
     assert body["usage"]["completion_tokens"] == len(choice["token_ids"])
     plain = post(upstream, {"model": "m", "messages": messages}).json()
     assert "prompt_token_ids" not in plain and "token_ids" not in plain["choices"][0]
@@ -76,8 +91,10 @@ def test_arithmetic_with_tools_gives_a_tool_call_then_the_tool_result_answers(up
     assert first.choices[0].finish_reason == "tool_calls"
     (call,) = first.choices[0].message.tool_calls or []
     assert call.function.name == "calculator" and json.loads(call.function.arguments) == {"expression": "12+30"}
-    messages += [first.choices[0].message.model_dump(exclude_none=True),
-                 {"role": "tool", "tool_call_id": call.id, "content": "42"}]
+    messages += [
+        first.choices[0].message.model_dump(exclude_none=True),
+        {"role": "tool", "tool_call_id": call.id, "content": "42"},
+    ]
     second = client.chat.completions.create(model="m", messages=messages, tools=TOOLS)  # type: ignore[arg-type]
     assert second.choices[0].message.content == "The answer is 42"
     no_tools = client.chat.completions.create(model="m", messages=[{"role": "user", "content": "What is 1+2?"}])
@@ -86,8 +103,12 @@ def test_arithmetic_with_tools_gives_a_tool_call_then_the_tool_result_answers(up
 
 @pytest.mark.parametrize("tools", [None, TOOLS])
 def test_stream_carries_the_same_ids_and_message_as_the_complete_answer(upstream: ThreadedUpstream, tools: Any) -> None:
-    request: dict[str, Any] = {"model": "m", "messages": [{"role": "user", "content": "Sum 3*4 please"}],
-                               "return_token_ids": True, "logprobs": True}
+    request: dict[str, Any] = {
+        "model": "m",
+        "messages": [{"role": "user", "content": "Sum 3*4 please"}],
+        "return_token_ids": True,
+        "logprobs": True,
+    }
     if tools:
         request["tools"] = tools
     whole = post(upstream, request).json()
@@ -101,8 +122,12 @@ def test_stream_carries_the_same_ids_and_message_as_the_complete_answer(upstream
     assert finishes == [whole["choices"][0]["finish_reason"]]
     assert chunks[-1]["choices"] == [] and chunks[-1]["usage"] == whole["usage"]
     if tools:
-        args = "".join(tc["function"].get("arguments", "") for c in chunks for ch in c["choices"]
-                       for tc in ch["delta"].get("tool_calls", []))
+        args = "".join(
+            tc["function"].get("arguments", "")
+            for c in chunks
+            for ch in c["choices"]
+            for tc in ch["delta"].get("tool_calls", [])
+        )
         assert args == whole["choices"][0]["message"]["tool_calls"][0]["function"]["arguments"]
     else:
         text = "".join(ch["delta"].get("content") or "" for c in chunks for ch in c["choices"])
@@ -110,19 +135,24 @@ def test_stream_carries_the_same_ids_and_message_as_the_complete_answer(upstream
 
 
 def test_max_tokens_truncates_with_finish_reason_length(upstream: ThreadedUpstream) -> None:
-    body = post(upstream, {"messages": [{"role": "user", "content": "one two three four"}], "max_tokens": 3,
-                           "return_token_ids": True}).json()
+    body = post(
+        upstream,
+        {"messages": [{"role": "user", "content": "one two three four"}], "max_tokens": 3, "return_token_ids": True},
+    ).json()
     choice = body["choices"][0]
     assert choice["finish_reason"] == "length" and choice["message"]["content"] == "Echo: "
     assert len(choice["token_ids"]) == 3
 
 
-@pytest.mark.parametrize(("body", "status", "words"), [
-    (b"{oops", 400, "not valid JSON"),
-    ({"messages": []}, 400, "messages"),
-    ({"messages": ["hi"]}, 400, "object"),
-    ({"messages": [{"role": "user", "content": "force_error:429 slow down"}]}, 429, "429"),
-])
+@pytest.mark.parametrize(
+    ("body", "status", "words"),
+    [
+        (b"{oops", 400, "not valid JSON"),
+        ({"messages": []}, 400, "messages"),
+        ({"messages": ["hi"]}, 400, "object"),
+        ({"messages": [{"role": "user", "content": "force_error:429 slow down"}]}, 429, "429"),
+    ],
+)
 def test_errors_are_openai_shaped(upstream: ThreadedUpstream, body: Any, status: int, words: str) -> None:
     resp = post(upstream, body)
     assert resp.status_code == status
@@ -137,8 +167,9 @@ def test_models_and_unknown_routes(upstream: ThreadedUpstream) -> None:
 def test_process_mode_can_reject_token_id_parameter_like_a_hosted_api() -> None:
     proc, url = start_upstream_process(reject_unknown_params=True)
     try:
-        resp = httpx.post(f"{url}/chat/completions", json={"messages": [{"role": "user", "content": "x"}],
-                                                           "return_token_ids": True})
+        resp = httpx.post(
+            f"{url}/chat/completions", json={"messages": [{"role": "user", "content": "x"}], "return_token_ids": True}
+        )
         assert resp.status_code == 400 and "return_token_ids" in resp.json()["error"]["message"]
         ok = httpx.post(f"{url}/chat/completions", json={"messages": [{"role": "user", "content": "x"}]})
         assert ok.status_code == 200

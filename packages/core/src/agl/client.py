@@ -133,7 +133,9 @@ class Client:
     def list_rollouts(
         self, *, status: str | None = None, step: int | None = None, limit: int = 100, offset: int = 0
     ) -> tuple[list[Rollout], int]:
-        params = {k: v for k, v in {"status": status, "step": step, "limit": limit, "offset": offset}.items() if v is not None}
+        params = {
+            k: v for k, v in {"status": status, "step": step, "limit": limit, "offset": offset}.items() if v is not None
+        }
         page = self._call("GET", "/rollouts", params=params)
         return _rollouts.validate_python(page["items"]), int(page["total"])
 
@@ -164,7 +166,7 @@ class Client:
     def add_rewards(self, rewards: Sequence[RewardIn]) -> int:
         return int(self._call("POST", "/rewards", _json(rewards))["stored"])
 
-    def export_llm_calls(self, *, step: int | None = None, trainable_only: bool = True) -> Iterator[bytes]:
+    def export_llm_calls(self, *, step: int | None = None, trainable_only: bool = True) -> Iterator[str]:
         params: dict[str, Any] = {"trainable_only": trainable_only}
         if step is not None:
             params["step"] = step
@@ -181,7 +183,9 @@ class AsyncClient:
     def __init__(self, server_url: str | None = None, *, token: str | None = None, timeout: float = 60.0) -> None:
         self.server_url = server_url_from_env(server_url)
         self._http = httpx.AsyncClient(
-            base_url=self.server_url, headers=_headers(token), timeout=timeout,
+            base_url=self.server_url,
+            headers=_headers(token),
+            timeout=timeout,
             limits=httpx.Limits(max_connections=64, max_keepalive_connections=64),
         )
 
@@ -204,7 +208,9 @@ class AsyncClient:
         return _claims.validate_python(await self._call("POST", "/claims", body, timeout=wait_s + 30))
 
     async def heartbeat(self, attempt_id: str, lease_s: float) -> Attempt:
-        return Attempt.model_validate(await self._call("POST", f"/attempts/{attempt_id}/heartbeat", {"lease_s": lease_s}))
+        return Attempt.model_validate(
+            await self._call("POST", f"/attempts/{attempt_id}/heartbeat", {"lease_s": lease_s})
+        )
 
     async def complete(
         self, attempt_id: str, status: str, *, reward: float | None, error: str | None, after_llm_seq: int | None

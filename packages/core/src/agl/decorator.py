@@ -35,7 +35,9 @@ class RolloutFunction:
         params = list(inspect.signature(fn).parameters.values())
         positional = [p for p in params if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
         if len(positional) < 2 and not any(p.kind is p.VAR_POSITIONAL for p in params):
-            raise TypeError(f"@agl.rollout function {fn.__qualname__} must take (task, llm); it takes {len(positional)} argument(s)")
+            raise TypeError(
+                f"@agl.rollout function {fn.__qualname__} must take (task, llm); it takes {len(positional)} argument(s)"
+            )
         self.fn = fn
         self.name = name or fn.__qualname__
         self.is_async = inspect.iscoroutinefunction(fn)

@@ -59,7 +59,9 @@ class RunnerOptions:
     heartbeat_s: float = 5.0
     claim_wait_s: float = 2.0
     retry_for_s: float = 120.0  # how long to keep re-sending a result while the server is unreachable
-    worker_id: str = field(default_factory=lambda: f"{socket.gethostname()}-{os.getpid()}-{random.randrange(16**4):04x}")
+    worker_id: str = field(
+        default_factory=lambda: f"{socket.gethostname()}-{os.getpid()}-{random.randrange(16**4):04x}"
+    )
 
 
 class Runner:
@@ -148,7 +150,7 @@ class Runner:
 
     async def _run_attempt(self, client: AsyncClient, claim: Claim, model: str) -> None:
         ctx = RolloutContext(rollout_id=claim.rollout.id, attempt_id=claim.attempt.id, server_url=self.server_url)
-        active = _Active(claim, ctx, asyncio.current_task())  # type: ignore[arg-type]
+        active = _Active(claim, ctx, asyncio.current_task())
         self._active[ctx.attempt_id] = active
         llm = LLM(base_url=ctx.llm_base_url, model=model, api_key=self.token or "agl")
         status, reward, error = "succeeded", None, None
@@ -180,7 +182,9 @@ class Runner:
                 await asyncio.to_thread(otel.force_flush, 10_000)
             await self._flush(client, ctx, final=True)
             await self._retry(
-                lambda: client.complete(ctx.attempt_id, status, reward=reward, error=error, after_llm_seq=ctx.last_llm_seq),
+                lambda: client.complete(
+                    ctx.attempt_id, status, reward=reward, error=error, after_llm_seq=ctx.last_llm_seq
+                ),
                 what=f"report attempt {ctx.attempt_id}",
             )
         except Conflict as exc:

@@ -12,6 +12,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, JsonValue, field_validator
 
+
 class _Model(BaseModel):
     model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
@@ -163,7 +164,7 @@ class RewardIn(_Model):
 
 class Reward(RewardIn):
     id: int
-    timestamp: float  # type: ignore[assignment]
+    timestamp: float
 
 
 # ----------------------------------------------------------------------------------------------- spans

@@ -15,10 +15,16 @@ import click
 from agl._version import __version__
 
 SERVER_OPTION = click.option(
-    "--server", "server_url", envvar="AGL_SERVER_URL", default="http://127.0.0.1:8765", show_default=True,
+    "--server",
+    "server_url",
+    envvar="AGL_SERVER_URL",
+    default="http://127.0.0.1:8765",
+    show_default=True,
     help="URL of the agl server (env AGL_SERVER_URL).",
 )
-TOKEN_OPTION = click.option("--token", envvar="AGL_TOKEN", default=None, help="Bearer token of the server (env AGL_TOKEN).")
+TOKEN_OPTION = click.option(
+    "--token", envvar="AGL_TOKEN", default=None, help="Bearer token of the server (env AGL_TOKEN)."
+)
 
 
 def _client(server_url: str, token: str | None) -> Any:
@@ -42,37 +48,73 @@ def cli() -> None:
 
 
 @cli.command()
-@click.option("--run-dir", type=click.Path(file_okay=False, path_type=Path), default=Path("runs/default"),
-              show_default=True, help="Folder of the run; the store is RUN_DIR/agl.sqlite (reopened if present).")
-@click.option("--host", default="127.0.0.1", show_default=True,
-              help="Address to bind. Anything but loopback requires --token.")
+@click.option(
+    "--run-dir",
+    type=click.Path(file_okay=False, path_type=Path),
+    default=Path("runs/default"),
+    show_default=True,
+    help="Folder of the run; the store is RUN_DIR/agl.sqlite (reopened if present).",
+)
+@click.option(
+    "--host", default="127.0.0.1", show_default=True, help="Address to bind. Anything but loopback requires --token."
+)
 @click.option("--port", default=8765, show_default=True, type=int, help="Port to bind (0 picks a free one).")
 @TOKEN_OPTION
-@click.option("--upstream", envvar="AGL_UPSTREAM_URL", default=None,
-              help="OpenAI-compatible base URL the LLM proxy forwards to, e.g. http://127.0.0.1:8000/v1 (vLLM).")
+@click.option(
+    "--upstream",
+    envvar="AGL_UPSTREAM_URL",
+    default=None,
+    help="OpenAI-compatible base URL the LLM proxy forwards to, e.g. http://127.0.0.1:8000/v1 (vLLM).",
+)
 @click.option("--upstream-model", default=None, help="Model name to ask the upstream for (replaces the agent's).")
-@click.option("--upstream-api-key", envvar="AGL_UPSTREAM_API_KEY", default=None,
-              help="API key for the upstream (env AGL_UPSTREAM_API_KEY).")
-@click.option("--token-ids", type=click.Choice(["auto", "always", "never"]), default="auto", show_default=True,
-              help="Ask the upstream for exact token ids (vLLM's return_token_ids). 'auto' stops asking when the"
-                   " upstream rejects the parameter (hosted APIs); such calls are stored as not trainable.")
+@click.option(
+    "--upstream-api-key",
+    envvar="AGL_UPSTREAM_API_KEY",
+    default=None,
+    help="API key for the upstream (env AGL_UPSTREAM_API_KEY).",
+)
+@click.option(
+    "--token-ids",
+    type=click.Choice(["auto", "always", "never"]),
+    default="auto",
+    show_default=True,
+    help="Ask the upstream for exact token ids (vLLM's return_token_ids). 'auto' stops asking when the"
+    " upstream rejects the parameter (hosted APIs); such calls are stored as not trainable.",
+)
 @click.option("--served-model", default="agl-policy", show_default=True, help="Model name agents are told to use.")
 @click.option("--max-body-mb", default=32.0, show_default=True, type=float, help="Largest request body accepted.")
-@click.option("--log-level", default="warning", show_default=True,
-              type=click.Choice(["debug", "info", "warning", "error"]))
-def serve(run_dir: Path, host: str, port: int, token: str | None, upstream: str | None, upstream_model: str | None,
-          upstream_api_key: str | None, token_ids: str, served_model: str, max_body_mb: float, log_level: str) -> None:
+@click.option(
+    "--log-level", default="warning", show_default=True, type=click.Choice(["debug", "info", "warning", "error"])
+)
+def serve(
+    run_dir: Path,
+    host: str,
+    port: int,
+    token: str | None,
+    upstream: str | None,
+    upstream_model: str | None,
+    upstream_api_key: str | None,
+    token_ids: str,
+    served_model: str,
+    max_body_mb: float,
+    log_level: str,
+) -> None:
     """Start the agl server: store REST API (/api/v1, OpenAPI at /openapi.json), OTLP/HTTP receiver
     (/v1/traces) and the LLM proxy (/rollout/{id}/attempt/{id}/v1/chat/completions).
 
     Prints `AGL_SERVER_READY <url>` once it accepts connections.
     """
-    from agl.server.app import ServerSettings, serve as run_server
+    from agl.server.app import ServerSettings
+    from agl.server.app import serve as run_server
     from agl.server.proxy import UpstreamConfig
 
     logging.basicConfig(level=log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     settings = ServerSettings(
-        run_dir=run_dir, host=host, port=port, token=token, served_model=served_model,
+        run_dir=run_dir,
+        host=host,
+        port=port,
+        token=token,
+        served_model=served_model,
         max_body_bytes=int(max_body_mb * 1024 * 1024),
         upstream=UpstreamConfig(base_url=upstream, api_key=upstream_api_key, model=upstream_model, token_ids=token_ids),
     )
@@ -111,13 +153,24 @@ def load_agent(spec: str) -> Any:
     return fn
 
 
-def _run_worker(agent_spec: str, server_url: str, token: str | None, options: dict[str, Any],
-                max_rollouts: int | None, idle_exit_s: float | None) -> dict[str, int]:
+def _run_worker(
+    agent_spec: str,
+    server_url: str,
+    token: str | None,
+    options: dict[str, Any],
+    max_rollouts: int | None,
+    idle_exit_s: float | None,
+) -> dict[str, int]:
     from agl.runner import Runner, RunnerOptions
 
     runner = Runner(load_agent(agent_spec), server_url, token=token, options=RunnerOptions(**options))
     stats = runner.run(max_rollouts=max_rollouts, idle_exit_s=idle_exit_s)
-    return {"succeeded": stats.succeeded, "failed": stats.failed, "timeout": stats.timeout, "superseded": stats.superseded}
+    return {
+        "succeeded": stats.succeeded,
+        "failed": stats.failed,
+        "timeout": stats.timeout,
+        "superseded": stats.superseded,
+    }
 
 
 @cli.command()
@@ -128,13 +181,30 @@ def _run_worker(agent_spec: str, server_url: str, token: str | None, options: di
 @click.option("-p", "--processes", default=1, show_default=True, type=int, help="Worker processes to start.")
 @click.option("--max-rollouts", default=None, type=int, help="Exit after this many rollouts (per process).")
 @click.option("--idle-exit", "idle_exit_s", default=None, type=float, help="Exit after this many seconds without work.")
-@click.option("--lease", "lease_s", default=30.0, show_default=True, type=float,
-              help="Lease of an attempt in seconds; a worker that stops heartbeating loses its rollouts after it.")
+@click.option(
+    "--lease",
+    "lease_s",
+    default=30.0,
+    show_default=True,
+    type=float,
+    help="Lease of an attempt in seconds; a worker that stops heartbeating loses its rollouts after it.",
+)
 @click.option("--heartbeat", "heartbeat_s", default=5.0, show_default=True, type=float, help="Heartbeat interval (s).")
-@click.option("--log-level", default="warning", show_default=True,
-              type=click.Choice(["debug", "info", "warning", "error"]))
-def worker(agent: str, server_url: str, token: str | None, concurrency: int, processes: int, max_rollouts: int | None,
-           idle_exit_s: float | None, lease_s: float, heartbeat_s: float, log_level: str) -> None:
+@click.option(
+    "--log-level", default="warning", show_default=True, type=click.Choice(["debug", "info", "warning", "error"])
+)
+def worker(
+    agent: str,
+    server_url: str,
+    token: str | None,
+    concurrency: int,
+    processes: int,
+    max_rollouts: int | None,
+    idle_exit_s: float | None,
+    lease_s: float,
+    heartbeat_s: float,
+    log_level: str,
+) -> None:
     """Run AGENT (`module:function` decorated with @agl.rollout) on rollouts claimed from the server."""
     logging.basicConfig(level=log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     if heartbeat_s >= lease_s:
@@ -162,8 +232,9 @@ def worker(agent: str, server_url: str, token: str | None, concurrency: int, pro
 @click.option("--mode", type=click.Choice(["train", "eval"]), default="train", show_default=True)
 @click.option("--max-attempts", default=3, show_default=True, type=int)
 @click.option("--timeout", "timeout_s", default=None, type=float, help="Per-rollout timeout in seconds.")
-def enqueue(tasks_file: Path, server_url: str, token: str | None, n: int, mode: str, max_attempts: int,
-            timeout_s: float | None) -> None:
+def enqueue(
+    tasks_file: Path, server_url: str, token: str | None, n: int, mode: str, max_attempts: int, timeout_s: float | None
+) -> None:
     """Enqueue the tasks of TASKS_FILE (JSONL: one task input per line, or {"id":..., "input":...})."""
     from agl.schema import TaskIn
 
@@ -201,15 +272,22 @@ def rollouts(server_url: str, token: str | None, status: str | None, step: int |
     with _client(server_url, token) as client:
         items, total = client.list_rollouts(status=status, step=step, limit=limit, offset=offset)
         counts = client.stats()["rollouts_by_status"]
-    table = Table(title=f"rollouts {offset + 1}-{offset + len(items)} of {total}  " + "  ".join(
-        f"{k}={v}" for k, v in sorted(counts.items())))
+    table = Table(
+        title=f"rollouts {offset + 1}-{offset + len(items)} of {total}  "
+        + "  ".join(f"{k}={v}" for k, v in sorted(counts.items()))
+    )
     for col in ("rollout", "task", "status", "attempts", "reward", "mode", "step", "error"):
         table.add_column(col, no_wrap=col != "error")  # ids are copied from here: never cut them
     colour = {"succeeded": "green", "failed": "red", "running": "yellow", "queued": "cyan", "cancelled": "magenta"}
     for r in items:
         table.add_row(
-            r.id, r.task_id, f"[{colour[r.status.value]}]{r.status.value}[/]", f"{r.attempt_count}/{r.max_attempts}",
-            "-" if r.final_reward is None else f"{r.final_reward:g}", r.mode, "" if r.step is None else str(r.step),
+            r.id,
+            r.task_id,
+            f"[{colour[r.status.value]}]{r.status.value}[/]",
+            f"{r.attempt_count}/{r.max_attempts}",
+            "-" if r.final_reward is None else f"{r.final_reward:g}",
+            r.mode,
+            "" if r.step is None else str(r.step),
             (r.error or "")[:60],
         )
     Console(width=max(Console().width, 140)).print(table)
@@ -243,8 +321,13 @@ def show(rollout_id: str, server_url: str, token: str | None, full: bool, as_jso
 @cli.command()
 @SERVER_OPTION
 @TOKEN_OPTION
-@click.option("-o", "--output", type=click.Path(dir_okay=False, path_type=Path), default=None,
-              help="JSONL file to write (default: standard output).")
+@click.option(
+    "-o",
+    "--output",
+    type=click.Path(dir_okay=False, path_type=Path),
+    default=None,
+    help="JSONL file to write (default: standard output).",
+)
 @click.option("--step", type=int, default=None, help="Only rollouts of this training step.")
 @click.option("--all-calls", is_flag=True, help="Also export calls that are not trainable (no token ids, errors).")
 def export(server_url: str, token: str | None, output: Path | None, step: int | None, all_calls: bool) -> None:

@@ -195,8 +195,9 @@ def _attempt_of_span(span: Span, attempts: list[Attempt], fallback: str | None) 
     return fallback
 
 
-def _fill_attempt(node: Tree, spans: list[Span], calls: list[LLMCall], rewards: list[Reward], full: bool,
-                  stats: _Stats) -> None:
+def _fill_attempt(
+    node: Tree, spans: list[Span], calls: list[LLMCall], rewards: list[Reward], full: bool, stats: _Stats
+) -> None:
     by_id = {s.span_id: s for s in spans}
     # Anything whose parent is not in this attempt (another process's root, a lost batch) hangs at the top.
     children: dict[str | None, list[Item]] = defaultdict(list)
@@ -280,15 +281,19 @@ def render_rollout(detail: RolloutDetail, *, attempt: str | None = None, full: b
     for a in sorted(detail.attempts, key=lambda a: a.number):
         final = "  [bold green]★ final[/]" if a.id == r.final_attempt_id else ""
         error = f"  [red]{_preview(a.error)}[/]" if a.error else ""
-        label = (f"[bold]attempt #{a.number}[/] {escape(a.id)}  worker {escape(a.worker_id)}  "
-                 f"{_status(a.status.value)}  {_duration(a.started_at, a.ended_at)}{final}{error}")
+        label = (
+            f"[bold]attempt #{a.number}[/] {escape(a.id)}  worker {escape(a.worker_id)}  "
+            f"{_status(a.status.value)}  {_duration(a.started_at, a.ended_at)}{final}{error}"
+        )
         if full or a.id == shown:
             _fill_attempt(tree.add(label), spans[a.id], calls[a.id], rewards[a.id], full, stats)
         else:
             # Retried attempts are rarely the interesting part; one line with their size is enough.
             tree.add(f"{label}  [dim]({len(calls[a.id])} LLM calls, {len(spans[a.id])} spans — collapsed)[/]")
 
-    scope = "all attempts" if full else "attempt " + next((f"#{a.number}" for a in detail.attempts if a.id == shown), "-")
+    scope = (
+        "all attempts" if full else "attempt " + next((f"#{a.number}" for a in detail.attempts if a.id == shown), "-")
+    )
     unattributed = f" [yellow](⚠ {stats.unattributed} unattributed)[/]" if stats.unattributed else ""
     summary = Text.from_markup(
         f"[dim]{scope}:[/] LLM calls {stats.trainable}/{stats.calls} trainable{unattributed} · "

@@ -143,9 +143,11 @@ class Server:
 
     # ----------------------------------------------------------------------------------- routes
 
-    def _build_fastapi(self) -> FastAPI:  # noqa: C901 - one flat list of routes reads best
+    def _build_fastapi(self) -> FastAPI:
         app = FastAPI(
-            title="agl server", version=__version__, lifespan=self._lifespan,
+            title="agl server",
+            version=__version__,
+            lifespan=self._lifespan,
             description="Store REST API, OTLP/HTTP traces receiver and token-exact LLM proxy of agl.",
         )
         store = self.store
@@ -169,8 +171,10 @@ class Server:
         @app.get(f"{API}/info", tags=["server"])
         async def info() -> dict[str, Any]:
             return {
-                "version": __version__, "served_model": self.settings.served_model,
-                "upstream": self.settings.upstream.base_url, "auth": bool(self.settings.token),
+                "version": __version__,
+                "served_model": self.settings.served_model,
+                "upstream": self.settings.upstream.base_url,
+                "auth": bool(self.settings.token),
                 "model_version": self.proxy.model_version.version if self.proxy.model_version else None,
             }
 
@@ -206,7 +210,9 @@ class Server:
                 items = await run_in_threadpool(store.get_rollouts, wanted)
                 return {"items": items, "total": len(items)}
             items, total = await run_in_threadpool(
-                lambda: store.list_rollouts(status=status.value if status else None, step=step, limit=limit, offset=offset)
+                lambda: store.list_rollouts(
+                    status=status.value if status else None, step=step, limit=limit, offset=offset
+                )
             )
             return {"items": items, "total": total}
 
@@ -242,7 +248,9 @@ class Server:
         @app.post(f"{API}/attempts/{{attempt_id}}/complete", tags=["workers"])
         async def complete(attempt_id: str, req: CompleteRequest) -> Rollout:
             rollout = await self._await(
-                store.complete(attempt_id, req.status, reward=req.reward, error=req.error, after_llm_seq=req.after_llm_seq)
+                store.complete(
+                    attempt_id, req.status, reward=req.reward, error=req.error, after_llm_seq=req.after_llm_seq
+                )
             )
             if rollout.status is RolloutStatus.queued:
                 self._wake_workers()
@@ -283,8 +291,11 @@ class Server:
         async def otlp_traces(request: Request) -> Response:
             content_type = request.headers.get("content-type", "application/x-protobuf").split(";")[0].strip()
             if content_type not in ("application/x-protobuf", "application/json"):
-                return _error(415, f"unsupported content type {content_type!r}: send application/x-protobuf or"
-                              " application/json", "invalid_request_error")
+                return _error(
+                    415,
+                    f"unsupported content type {content_type!r}: send application/x-protobuf or application/json",
+                    "invalid_request_error",
+                )
             body = await request.body()
             if request.headers.get("content-encoding") == "gzip":
                 import gzip
@@ -319,7 +330,9 @@ def create_app(settings: ServerSettings, store: Store | None = None) -> Any:
     return Server(settings, store).build_app()
 
 
-def serve(settings: ServerSettings, *, log_level: str = "warning", on_ready: Callable[[str], None] | None = None) -> None:
+def serve(
+    settings: ServerSettings, *, log_level: str = "warning", on_ready: Callable[[str], None] | None = None
+) -> None:
     """Run the server in this process until interrupted; `on_ready` gets its URL once it is listening."""
     import socket
 

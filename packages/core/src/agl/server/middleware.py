@@ -15,7 +15,9 @@ Scope = dict[str, Any]
 ASGIApp = Any
 
 
-async def _reject(send: Any, status: int, message: str, type_: str, extra_headers: list[tuple[bytes, bytes]] | None = None) -> None:
+async def _reject(
+    send: Any, status: int, message: str, type_: str, extra_headers: list[tuple[bytes, bytes]] | None = None
+) -> None:
     body = orjson.dumps({"error": {"message": message, "type": type_, "param": None, "code": None}})
     headers = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]
     await send({"type": "http.response.start", "status": status, "headers": headers + (extra_headers or [])})
@@ -40,8 +42,13 @@ class BearerTokenMiddleware:
                 break
         if not hmac.compare_digest(given, self.expected):
             why = "missing" if not given else "wrong"
-            await _reject(send, 401, f"{why} bearer token: this server requires 'Authorization: Bearer <token>'",
-                          "authentication_error", [(b"www-authenticate", b"Bearer")])
+            await _reject(
+                send,
+                401,
+                f"{why} bearer token: this server requires 'Authorization: Bearer <token>'",
+                "authentication_error",
+                [(b"www-authenticate", b"Bearer")],
+            )
             return
         await self.app(scope, receive, send)
 
@@ -63,8 +70,13 @@ class BodySizeLimitMiddleware:
             return
         for key, value in scope["headers"]:
             if key == b"content-length" and value.isdigit() and int(value) > self.max_bytes:
-                await _reject(send, 413, f"request body of {int(value)} bytes is over the limit of {self.max_bytes}"
-                              " bytes (agl serve --max-body-mb)", "invalid_request_error")
+                await _reject(
+                    send,
+                    413,
+                    f"request body of {int(value)} bytes is over the limit of {self.max_bytes}"
+                    " bytes (agl serve --max-body-mb)",
+                    "invalid_request_error",
+                )
                 return
         seen = 0
         started = False

@@ -144,14 +144,31 @@ class _CallRecord:
             "completion_tokens": len(self.response_ids or []),
         }
         return LLMCall(
-            id=new_id("llm"), rollout_id=self.rollout_id, attempt_id=self.attempt_id, seq=self.seq,
-            agent_name=self.agent, attribution=Attribution.scope if self.agent else Attribution.unattributed,
-            trace_id=self.trace_id, parent_span_id=self.parent_span, model_requested=self.request.get("model"),
-            model=self.model, model_version=self.model_version, request=self.request, response_message=message,
-            prompt_ids=self.prompt_ids, response_ids=self.response_ids, logprobs=self.logprobs,
-            finish_reason=self.finish_reason, stream=stream, status="error" if self.error else "ok",
-            http_status=self.http_status, error=self.error, started_at=self.started,
-            latency_s=time.perf_counter() - self.t0, usage=usage, trainable=reason is None,
+            id=new_id("llm"),
+            rollout_id=self.rollout_id,
+            attempt_id=self.attempt_id,
+            seq=self.seq,
+            agent_name=self.agent,
+            attribution=Attribution.scope if self.agent else Attribution.unattributed,
+            trace_id=self.trace_id,
+            parent_span_id=self.parent_span,
+            model_requested=self.request.get("model"),
+            model=self.model,
+            model_version=self.model_version,
+            request=self.request,
+            response_message=message,
+            prompt_ids=self.prompt_ids,
+            response_ids=self.response_ids,
+            logprobs=self.logprobs,
+            finish_reason=self.finish_reason,
+            stream=stream,
+            status="error" if self.error else "ok",
+            http_status=self.http_status,
+            error=self.error,
+            started_at=self.started,
+            latency_s=time.perf_counter() - self.t0,
+            usage=usage,
+            trainable=reason is None,
             not_trainable_reason=reason,
         )
 
@@ -178,7 +195,10 @@ class LLMProxy:
 
     def models_response(self) -> Response:
         now = int(time.time())
-        body = {"object": "list", "data": [{"id": self.served_model, "object": "model", "created": now, "owned_by": "agl"}]}
+        body = {
+            "object": "list",
+            "data": [{"id": self.served_model, "object": "model", "created": now, "owned_by": "agl"}],
+        }
         return Response(orjson.dumps(body), media_type="application/json")
 
     def _upstream_payload(self, body: dict[str, Any], rec: _CallRecord) -> dict[str, Any]:
@@ -218,16 +238,24 @@ class LLMProxy:
         except orjson.JSONDecodeError as exc:
             return openai_error(400, f"request body is not valid JSON: {exc}", "invalid_request_error")
         if not isinstance(body, dict) or not isinstance(body.get("messages"), list):
-            return openai_error(400, "request body must be a JSON object with a 'messages' list", "invalid_request_error")
+            return openai_error(
+                400, "request body must be a JSON object with a 'messages' list", "invalid_request_error"
+            )
         owner = self.store.attempt_rollout_id(attempt_id)
         if owner is None or owner != rollout_id:
             return openai_error(
-                404, f"attempt {attempt_id!r} of rollout {rollout_id!r} does not exist", "invalid_request_error",
+                404,
+                f"attempt {attempt_id!r} of rollout {rollout_id!r} does not exist",
+                "invalid_request_error",
                 "unknown_rollout",
             )
         if self.upstream.base_url is None:
-            return openai_error(503, "agl serve was started without --upstream: no LLM backend to forward to",
-                                "server_error", "no_upstream")
+            return openai_error(
+                503,
+                "agl serve was started without --upstream: no LLM backend to forward to",
+                "server_error",
+                "no_upstream",
+            )
         rec = _CallRecord(body, rollout_id, attempt_id, self.store.next_llm_seq(attempt_id), request.headers)
         seq_header = {attr.HEADER_LLM_SEQ: str(rec.seq)}
         if body.get("stream"):
@@ -254,7 +282,9 @@ class LLMProxy:
         rec.http_status = 502
         rec.error = f"upstream unreachable: {type(exc).__name__}: {exc}"
         self._store(rec, stream=stream)
-        resp = openai_error(502, f"agl proxy could not reach the LLM backend: {exc}", "upstream_error", "upstream_unreachable")
+        resp = openai_error(
+            502, f"agl proxy could not reach the LLM backend: {exc}", "upstream_error", "upstream_unreachable"
+        )
         resp.headers.update(seq_header)
         return resp
 
@@ -273,7 +303,9 @@ class LLMProxy:
             rec.error = _error_message(parsed, content, resp.status_code)
             self._store(rec, stream=False)
             if isinstance(parsed, dict) and "error" in parsed:
-                return Response(content, status_code=resp.status_code, media_type="application/json", headers=seq_header)
+                return Response(
+                    content, status_code=resp.status_code, media_type="application/json", headers=seq_header
+                )
             status = resp.status_code if resp.status_code >= 400 else 502
             return openai_error(status, f"LLM backend answered {resp.status_code}: {rec.error}", "upstream_error")
         rec.take_choice(parsed)
@@ -296,8 +328,12 @@ class LLMProxy:
             rec.error = _error_message(parsed, content, resp.status_code)
             self._store(rec, stream=True)
             if isinstance(parsed, dict) and "error" in parsed:
-                return Response(content, status_code=resp.status_code, media_type="application/json", headers=seq_header)
-            return openai_error(resp.status_code, f"LLM backend answered {resp.status_code}: {rec.error}", "upstream_error")
+                return Response(
+                    content, status_code=resp.status_code, media_type="application/json", headers=seq_header
+                )
+            return openai_error(
+                resp.status_code, f"LLM backend answered {resp.status_code}: {rec.error}", "upstream_error"
+            )
         return StreamingResponse(
             self._relay(resp, rec), status_code=resp.status_code, media_type="text/event-stream", headers=seq_header
         )

@@ -199,7 +199,7 @@ class Store:
                 conn.execute("SAVEPOINT op")
                 try:
                     result = fn(conn)
-                except BaseException as exc:  # noqa: BLE001 - handed to the caller's future
+                except BaseException as exc:
                     conn.execute("ROLLBACK TO op")
                     conn.execute("RELEASE op")
                     outcomes.append((fut, None, exc))
@@ -207,7 +207,7 @@ class Store:
                     conn.execute("RELEASE op")
                     outcomes.append((fut, result, None))
             conn.execute("COMMIT")
-        except BaseException as exc:  # noqa: BLE001 - the commit itself failed: every write in it failed
+        except BaseException as exc:
             log.exception("store commit failed")
             if conn.in_transaction:
                 conn.execute("ROLLBACK")
@@ -215,9 +215,9 @@ class Store:
                 if not fut.done():
                     fut.set_exception(exc)
             return
-        for fut, result, exc in outcomes:
-            if exc is not None:
-                fut.set_exception(exc)
+        for fut, result, err in outcomes:
+            if err is not None:
+                fut.set_exception(err)
             else:
                 fut.set_result(result)
 
@@ -311,16 +311,37 @@ class Store:
             out = []
             for _ in range(req.n):
                 rollout = Rollout(
-                    id=new_id("ro"), task_id=task.id, mode=req.mode, step=req.step,
-                    status=RolloutStatus.queued, attempt_count=0, max_attempts=req.max_attempts,
-                    timeout_s=req.timeout_s, created_at=now, started_at=None, ended_at=None,
-                    final_attempt_id=None, final_reward=None, error=None, metadata=req.metadata,
+                    id=new_id("ro"),
+                    task_id=task.id,
+                    mode=req.mode,
+                    step=req.step,
+                    status=RolloutStatus.queued,
+                    attempt_count=0,
+                    max_attempts=req.max_attempts,
+                    timeout_s=req.timeout_s,
+                    created_at=now,
+                    started_at=None,
+                    ended_at=None,
+                    final_attempt_id=None,
+                    final_reward=None,
+                    error=None,
+                    metadata=req.metadata,
                 )
                 conn.execute(
                     "INSERT INTO rollouts(id, task_id, mode, step, status, attempt_count, max_attempts, timeout_s,"
                     " created_at, metadata) VALUES (?,?,?,?,?,?,?,?,?,?)",
-                    (rollout.id, task.id, req.mode, req.step, "queued", 0, req.max_attempts, req.timeout_s,
-                     now, _dumps(req.metadata)),
+                    (
+                        rollout.id,
+                        task.id,
+                        req.mode,
+                        req.step,
+                        "queued",
+                        0,
+                        req.max_attempts,
+                        req.timeout_s,
+                        now,
+                        _dumps(req.metadata),
+                    ),
                 )
                 out.append(rollout)
             return out
@@ -337,9 +358,16 @@ class Store:
             for row in rows:
                 number = row["attempt_count"] + 1
                 attempt = Attempt(
-                    id=new_id("at"), rollout_id=row["id"], number=number, worker_id=worker_id,
-                    status=AttemptStatus.running, started_at=now, heartbeat_at=now,
-                    lease_expires_at=now + lease_s, ended_at=None, error=None,
+                    id=new_id("at"),
+                    rollout_id=row["id"],
+                    number=number,
+                    worker_id=worker_id,
+                    status=AttemptStatus.running,
+                    started_at=now,
+                    heartbeat_at=now,
+                    lease_expires_at=now + lease_s,
+                    ended_at=None,
+                    error=None,
                 )
                 conn.execute(
                     "INSERT INTO attempts(id, rollout_id, number, worker_id, status, started_at, heartbeat_at,"
@@ -360,10 +388,11 @@ class Store:
         return self.submit(op)
 
     @staticmethod
-    def _active_attempt(conn: sqlite3.Connection, rollout_id: str) -> sqlite3.Row | None:
-        return conn.execute(
-            "SELECT * FROM attempts WHERE rollout_id=? ORDER BY number DESC LIMIT 1", (rollout_id,)
+    def _latest_attempt_id(conn: sqlite3.Connection, rollout_id: str) -> str | None:
+        row = conn.execute(
+            "SELECT id FROM attempts WHERE rollout_id=? ORDER BY number DESC LIMIT 1", (rollout_id,)
         ).fetchone()
+        return None if row is None else str(row["id"])
 
     def heartbeat(self, attempt_id: str, lease_s: float) -> Future[Attempt]:
         def op(conn: sqlite3.Connection) -> Attempt:
@@ -408,7 +437,7 @@ class Store:
             ro = conn.execute("SELECT * FROM rollouts WHERE id=?", (att["rollout_id"],)).fetchone()
             if att["status"] == status:
                 return self._rollout(ro)  # a repeated report: already recorded
-            is_latest = self._active_attempt(conn, ro["id"])["id"] == attempt_id
+            is_latest = self._latest_attempt_id(conn, ro["id"]) == attempt_id
             if att["status"] != "running":
                 # A late report from an attempt whose lease expired: accept it only while nobody else has
                 # picked the rollout up again, so a rollout is never recorded twice.
@@ -425,8 +454,15 @@ class Store:
             if reward is not None:
                 self._insert_reward(
                     conn,
-                    RewardIn(rollout_id=ro["id"], attempt_id=attempt_id, value=reward, name="final",
-                             source=RewardSource.returned, after_llm_seq=after_llm_seq, timestamp=now),
+                    RewardIn(
+                        rollout_id=ro["id"],
+                        attempt_id=attempt_id,
+                        value=reward,
+                        name="final",
+                        source=RewardSource.returned,
+                        after_llm_seq=after_llm_seq,
+                        timestamp=now,
+                    ),
                 )
             if status == "succeeded":
                 final = reward
@@ -473,7 +509,7 @@ class Store:
                     "SELECT r.* FROM rollouts r JOIN attempts a ON a.rollout_id=r.id WHERE a.id=?",
                     (row["attempt_id"],),
                 ).fetchone()
-                if ro["status"] == "running" and self._active_attempt(conn, ro["id"])["id"] == row["attempt_id"]:
+                if ro["status"] == "running" and self._latest_attempt_id(conn, ro["id"]) == row["attempt_id"]:
                     self._retry_or_fail(conn, ro, f"attempt {row['number']} {reason}", now)
             return len(rows)
 
@@ -501,8 +537,23 @@ class Store:
 
     def add_spans(self, spans: Sequence[SpanIn]) -> Future[int]:
         rows = [
-            (s.trace_id, s.span_id, s.parent_id, s.name, s.kind, s.start_time, s.end_time, _dumps(s.attributes),
-             s.status.value, s.status_message, _dumps(s.events), s.rollout_id, s.attempt_id, s.agent_name, s.source)
+            (
+                s.trace_id,
+                s.span_id,
+                s.parent_id,
+                s.name,
+                s.kind,
+                s.start_time,
+                s.end_time,
+                _dumps(s.attributes),
+                s.status.value,
+                s.status_message,
+                _dumps(s.events),
+                s.rollout_id,
+                s.attempt_id,
+                s.agent_name,
+                s.source,
+            )
             for s in spans
         ]
 
@@ -518,8 +569,19 @@ class Store:
         conn.execute(
             "INSERT OR IGNORE INTO rewards(rollout_id, attempt_id, value, name, source, after_llm_seq, span_id,"
             " agent_name, timestamp, metadata, uid) VALUES (?,?,?,?,?,?,?,?,?,?,?)",
-            (r.rollout_id, r.attempt_id, r.value, r.name, r.source.value, r.after_llm_seq, r.span_id, r.agent_name,
-             r.timestamp if r.timestamp is not None else time.time(), _dumps(r.metadata), r.uid),
+            (
+                r.rollout_id,
+                r.attempt_id,
+                r.value,
+                r.name,
+                r.source.value,
+                r.after_llm_seq,
+                r.span_id,
+                r.agent_name,
+                r.timestamp if r.timestamp is not None else time.time(),
+                _dumps(r.metadata),
+                r.uid,
+            ),
         )
 
     def add_rewards(self, rewards: Sequence[RewardIn]) -> Future[int]:
@@ -538,9 +600,11 @@ class Store:
         with self._seq_lock:
             counter = self._next_seq.get(attempt_id)
             if counter is None:
-                row = self._reader().execute(
-                    "SELECT MAX(seq) AS m FROM llm_calls WHERE attempt_id=?", (attempt_id,)
-                ).fetchone()
+                row = (
+                    self._reader()
+                    .execute("SELECT MAX(seq) AS m FROM llm_calls WHERE attempt_id=?", (attempt_id,))
+                    .fetchone()
+                )
                 counter = itertools.count(0 if row["m"] is None else row["m"] + 1)
                 self._next_seq[attempt_id] = counter
             return next(counter)
@@ -558,14 +622,32 @@ class Store:
 
     def add_llm_call(self, call: LLMCall) -> Future[None]:
         values = (
-            call.id, call.rollout_id, call.attempt_id, call.seq, call.agent_name, call.attribution.value,
-            call.trace_id, call.parent_span_id, call.model_requested, call.model, call.model_version,
-            _dumps(call.request), _dumps(call.response_message) if call.response_message is not None else None,
+            call.id,
+            call.rollout_id,
+            call.attempt_id,
+            call.seq,
+            call.agent_name,
+            call.attribution.value,
+            call.trace_id,
+            call.parent_span_id,
+            call.model_requested,
+            call.model,
+            call.model_version,
+            _dumps(call.request),
+            _dumps(call.response_message) if call.response_message is not None else None,
             _dumps(call.prompt_ids) if call.prompt_ids is not None else None,
             _dumps(call.response_ids) if call.response_ids is not None else None,
             _dumps(call.logprobs) if call.logprobs is not None else None,
-            call.finish_reason, int(call.stream), call.status, call.http_status, call.error, call.started_at,
-            call.latency_s, _dumps(call.usage), int(call.trainable), call.not_trainable_reason,
+            call.finish_reason,
+            int(call.stream),
+            call.status,
+            call.http_status,
+            call.error,
+            call.started_at,
+            call.latency_s,
+            _dumps(call.usage),
+            int(call.trainable),
+            call.not_trainable_reason,
         )
 
         def op(conn: sqlite3.Connection) -> None:
@@ -611,15 +693,18 @@ class Store:
     def get_rollouts(self, ids: Sequence[str]) -> list[Rollout]:
         if not ids:
             return []
-        rows = self._reader().execute(
-            f"SELECT * FROM rollouts WHERE id IN ({','.join('?' * len(ids))})", tuple(ids)
-        ).fetchall()
+        rows = (
+            self._reader()
+            .execute(f"SELECT * FROM rollouts WHERE id IN ({','.join('?' * len(ids))})", tuple(ids))
+            .fetchall()
+        )
         return [self._rollout(r) for r in rows]
 
     def list_rollouts(
         self, *, status: str | None = None, step: int | None = None, limit: int = 100, offset: int = 0
     ) -> tuple[list[Rollout], int]:
-        where, args = [], []
+        where: list[str] = []
+        args: list[Any] = []
         if status is not None:
             where.append("status=?")
             args.append(status)
@@ -639,32 +724,44 @@ class Store:
         return {r["status"]: r["n"] for r in rows}
 
     def attempts(self, rollout_id: str) -> list[Attempt]:
-        rows = self._reader().execute(
-            "SELECT * FROM attempts WHERE rollout_id=? ORDER BY number", (rollout_id,)
-        ).fetchall()
+        rows = (
+            self._reader()
+            .execute("SELECT * FROM attempts WHERE rollout_id=? ORDER BY number", (rollout_id,))
+            .fetchall()
+        )
         return [self._attempt(r) for r in rows]
 
     def spans(self, rollout_id: str) -> list[Span]:
-        rows = self._reader().execute(
-            "SELECT * FROM spans WHERE rollout_id=? ORDER BY start_time", (rollout_id,)
-        ).fetchall()
+        rows = (
+            self._reader()
+            .execute("SELECT * FROM spans WHERE rollout_id=? ORDER BY start_time", (rollout_id,))
+            .fetchall()
+        )
         return [self._span(r) for r in rows]
 
     def llm_calls(self, rollout_id: str, attempt_id: str | None = None) -> list[LLMCall]:
         if attempt_id is None:
-            rows = self._reader().execute(
-                "SELECT * FROM llm_calls WHERE rollout_id=? ORDER BY attempt_id, seq", (rollout_id,)
-            ).fetchall()
+            rows = (
+                self._reader()
+                .execute("SELECT * FROM llm_calls WHERE rollout_id=? ORDER BY attempt_id, seq", (rollout_id,))
+                .fetchall()
+            )
         else:
-            rows = self._reader().execute(
-                "SELECT * FROM llm_calls WHERE rollout_id=? AND attempt_id=? ORDER BY seq", (rollout_id, attempt_id)
-            ).fetchall()
+            rows = (
+                self._reader()
+                .execute(
+                    "SELECT * FROM llm_calls WHERE rollout_id=? AND attempt_id=? ORDER BY seq", (rollout_id, attempt_id)
+                )
+                .fetchall()
+            )
         return [self._llm_call(r) for r in rows]
 
     def rewards(self, rollout_id: str) -> list[Reward]:
-        rows = self._reader().execute(
-            "SELECT * FROM rewards WHERE rollout_id=? ORDER BY timestamp, id", (rollout_id,)
-        ).fetchall()
+        rows = (
+            self._reader()
+            .execute("SELECT * FROM rewards WHERE rollout_id=? ORDER BY timestamp, id", (rollout_id,))
+            .fetchall()
+        )
         return [self._reward(r) for r in rows]
 
     def rollout_detail(self, rollout_id: str) -> RolloutDetail:

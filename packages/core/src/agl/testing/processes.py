@@ -38,7 +38,9 @@ def _read_ready_line(proc: subprocess.Popen[str], marker: str, timeout: float) -
             return line.split()[1]
     proc.kill()
     stderr = proc.stderr.read() if proc.stderr else ""
-    raise RuntimeError(f"process did not print {marker} within {timeout} s; stdout={''.join(seen)!r} stderr={stderr[-2000:]!r}")
+    raise RuntimeError(
+        f"process did not print {marker} within {timeout} s; stdout={''.join(seen)!r} stderr={stderr[-2000:]!r}"
+    )
 
 
 @dataclass
@@ -61,7 +63,10 @@ class ServerProcess:
         if self.port:
             args = [a if a != "--port=0" else f"--port={self.port}" for a in args]
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "agl.cli.main", "serve", *args], stdout=subprocess.PIPE, stderr=log, text=True,
+            [sys.executable, "-m", "agl.cli.main", "serve", *args],
+            stdout=subprocess.PIPE,
+            stderr=log,
+            text=True,
             env=self.env,
         )
         self.url = _read_ready_line(self.proc, "AGL_SERVER_READY", timeout)
@@ -120,7 +125,17 @@ def start_worker(
     """Start `agl worker AGENT` in a new process; its output goes to `log_path` (or is discarded)."""
     out: IO[bytes] | int = open(log_path, "ab") if log_path else subprocess.DEVNULL  # noqa: SIM115
     return subprocess.Popen(
-        [sys.executable, "-m", "agl.cli.main", "worker", agent, f"--server={server_url}", f"--concurrency={concurrency}",
-         *(extra_args or [])],
-        stdout=out, stderr=out, env={**os.environ, **(env or {})},
+        [
+            sys.executable,
+            "-m",
+            "agl.cli.main",
+            "worker",
+            agent,
+            f"--server={server_url}",
+            f"--concurrency={concurrency}",
+            *(extra_args or []),
+        ],
+        stdout=out,
+        stderr=out,
+        env={**os.environ, **(env or {})},
     )

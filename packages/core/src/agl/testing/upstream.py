@@ -141,8 +141,11 @@ class _Reply:
         elif tools and arithmetic and last.get("role") == "user":
             name = str((tools[0].get("function") or {}).get("name", "tool"))
             arguments = _dumps({"expression": "".join(arithmetic.groups())})
-            self.tool_call = {"id": f"call_{uuid.uuid4().hex[:24]}", "type": "function",
-                              "function": {"name": name, "arguments": arguments}}
+            self.tool_call = {
+                "id": f"call_{uuid.uuid4().hex[:24]}",
+                "type": "function",
+                "function": {"name": name, "arguments": arguments},
+            }
             self.response_pieces = pieces(render_tool_call(name, arguments))
             self.finish_reason = "tool_calls"
             return
@@ -172,8 +175,14 @@ class _Reply:
 def _logprob_entries(pieces_: list[str], start: int) -> list[dict[str, Any]]:
     out = []
     for i, piece in enumerate(pieces_, start):
-        out.append({"token": piece, "logprob": logprob_of(piece_id(piece), i), "bytes": list(piece.encode()),
-                    "top_logprobs": []})
+        out.append(
+            {
+                "token": piece,
+                "logprob": logprob_of(piece_id(piece), i),
+                "bytes": list(piece.encode()),
+                "top_logprobs": [],
+            }
+        )
     return out
 
 
@@ -228,11 +237,20 @@ class ScriptedUpstream:
         if request.get("stream"):
             await self._stream(send, request, reply, model, want_ids, want_logprobs)
             return
-        choice: dict[str, Any] = {"index": 0, "message": reply.message(), "finish_reason": reply.finish_reason,
-                                  "logprobs": {"content": _logprob_entries(reply.response_pieces, 0)} if want_logprobs
-                                  else None}
-        body: dict[str, Any] = {"id": f"chatcmpl-{uuid.uuid4().hex}", "object": "chat.completion",
-                                "created": int(time.time()), "model": model, "choices": [choice], "usage": reply.usage()}
+        choice: dict[str, Any] = {
+            "index": 0,
+            "message": reply.message(),
+            "finish_reason": reply.finish_reason,
+            "logprobs": {"content": _logprob_entries(reply.response_pieces, 0)} if want_logprobs else None,
+        }
+        body: dict[str, Any] = {
+            "id": f"chatcmpl-{uuid.uuid4().hex}",
+            "object": "chat.completion",
+            "created": int(time.time()),
+            "model": model,
+            "choices": [choice],
+            "usage": reply.usage(),
+        }
         if want_ids:
             choice["token_ids"] = reply.response_ids
             body["prompt_token_ids"] = reply.prompt_ids
@@ -241,28 +259,59 @@ class ScriptedUpstream:
     async def _stream(
         self, send: Send, request: dict[str, Any], reply: _Reply, model: str, want_ids: bool, want_logprobs: bool
     ) -> None:
-        await send({"type": "http.response.start", "status": 200,
-                    "headers": [(b"content-type", b"text/event-stream"), (b"cache-control", b"no-cache")]})
-        base = {"id": f"chatcmpl-{uuid.uuid4().hex}", "object": "chat.completion.chunk", "created": int(time.time()),
-                "model": model}
+        await send(
+            {
+                "type": "http.response.start",
+                "status": 200,
+                "headers": [(b"content-type", b"text/event-stream"), (b"cache-control", b"no-cache")],
+            }
+        )
+        base = {
+            "id": f"chatcmpl-{uuid.uuid4().hex}",
+            "object": "chat.completion.chunk",
+            "created": int(time.time()),
+            "model": model,
+        }
 
-        def chunk(delta: dict[str, Any], piece_list: list[str], start: int, finish: str | None = None,
-                  **extra: Any) -> bytes:
+        def chunk(
+            delta: dict[str, Any],
+            piece_list: list[str],
+            start: int,
+            finish: str | None = None,
+            extra: dict[str, Any] | None = None,
+        ) -> bytes:
             choice: dict[str, Any] = {"index": 0, "delta": delta, "finish_reason": finish, "logprobs": None}
             if want_logprobs and piece_list:
                 choice["logprobs"] = {"content": _logprob_entries(piece_list, start)}
             if want_ids:
                 choice["token_ids"] = [piece_id(p) for p in piece_list]
-            return b"data: " + orjson.dumps({**base, "choices": [choice], **extra}) + b"\n\n"
+            return b"data: " + orjson.dumps({**base, "choices": [choice], **(extra or {})}) + b"\n\n"
 
         first_extra = {"prompt_token_ids": reply.prompt_ids} if want_ids else {}
-        events = [chunk({"role": "assistant", "content": ""}, [], 0, **first_extra)]
+        events = [chunk({"role": "assistant", "content": ""}, [], 0, extra=first_extra)]
         if reply.tool_call is not None:
             fn = reply.tool_call["function"]
-            events.append(chunk({"tool_calls": [{"index": 0, "id": reply.tool_call["id"], "type": "function",
-                                                 "function": {"name": fn["name"], "arguments": ""}}]}, [], 0))
-            events.append(chunk({"tool_calls": [{"index": 0, "function": {"arguments": fn["arguments"]}}]},
-                                reply.response_pieces, 0))
+            events.append(
+                chunk(
+                    {
+                        "tool_calls": [
+                            {
+                                "index": 0,
+                                "id": reply.tool_call["id"],
+                                "type": "function",
+                                "function": {"name": fn["name"], "arguments": ""},
+                            }
+                        ]
+                    },
+                    [],
+                    0,
+                )
+            )
+            events.append(
+                chunk(
+                    {"tool_calls": [{"index": 0, "function": {"arguments": fn["arguments"]}}]}, reply.response_pieces, 0
+                )
+            )
         else:
             events += [chunk({"content": p}, [p], i) for i, p in enumerate(reply.response_pieces)]
         events.append(chunk({}, [], 0, reply.finish_reason))
@@ -289,8 +338,13 @@ def _parse(raw: bytes, reject_unknown_params: bool) -> dict[str, Any]:
 
 
 async def _respond(send: Send, status: int, body: bytes) -> None:
-    await send({"type": "http.response.start", "status": status,
-                "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]})
+    await send(
+        {
+            "type": "http.response.start",
+            "status": status,
+            "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())],
+        }
+    )
     await send({"type": "http.response.body", "body": body})
 
 
@@ -358,8 +412,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--port", type=int, default=0, help="0 picks a free port")
     parser.add_argument("--model", default="scripted", help="model name reported when a request names none")
-    parser.add_argument("--reject-unknown-params", action="store_true",
-                        help="answer 400 to return_token_ids, as a hosted API does")
+    parser.add_argument(
+        "--reject-unknown-params", action="store_true", help="answer 400 to return_token_ids, as a hosted API does"
+    )
     parser.add_argument("--delay-s", type=float, default=0.0, help="wait this long before every answer")
     args = parser.parse_args(argv)
     import socket
@@ -374,6 +429,7 @@ def main(argv: list[str] | None = None) -> None:
     host, port = sock.getsockname()[:2]
     print(f"{READY_MARKER} http://{host}:{port}/v1", flush=True)
     uvicorn.Server(_uvicorn_config(app, args.host, args.port)).run(sockets=[sock])
+
 
 if __name__ == "__main__":
     main()

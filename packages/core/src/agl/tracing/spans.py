@@ -26,7 +26,7 @@ _warned_outside = False
 class SpanHandle:
     """The open span a `with agl.span(...)` block works in."""
 
-    __slots__ = ("span_id", "attributes", "status", "status_message", "events")
+    __slots__ = ("attributes", "events", "span_id", "status", "status_message")
 
     def __init__(self, span_id: str, attributes: dict[str, Any]) -> None:
         self.span_id = span_id
@@ -68,15 +68,28 @@ def span(name: str, *, kind: str = "custom", attributes: Mapping[str, Any] | Non
     finally:
         SPAN_VAR.reset(token)
         agent = current_agent()
-        handle.attributes.update({attr.SPAN_KIND: kind, attr.ROLLOUT_ID: ctx.rollout_id, attr.ATTEMPT_ID: ctx.attempt_id})
+        handle.attributes.update(
+            {attr.SPAN_KIND: kind, attr.ROLLOUT_ID: ctx.rollout_id, attr.ATTEMPT_ID: ctx.attempt_id}
+        )
         if agent is not None:
             handle.attributes[attr.AGENT_NAME] = agent
         ctx.recorder.add_span(
             SpanIn(
-                trace_id=ctx.trace_id, span_id=handle.span_id, parent_id=parent, name=name, kind="internal",
-                start_time=start, end_time=max(time.time(), start), attributes=handle.attributes,
-                status=handle.status, status_message=handle.status_message, events=handle.events,
-                rollout_id=ctx.rollout_id, attempt_id=ctx.attempt_id, agent_name=agent, source="agl",
+                trace_id=ctx.trace_id,
+                span_id=handle.span_id,
+                parent_id=parent,
+                name=name,
+                kind="internal",
+                start_time=start,
+                end_time=max(time.time(), start),
+                attributes=handle.attributes,
+                status=handle.status,
+                status_message=handle.status_message,
+                events=handle.events,
+                rollout_id=ctx.rollout_id,
+                attempt_id=ctx.attempt_id,
+                agent_name=agent,
+                source="agl",
             )
         )
 
@@ -129,8 +142,16 @@ def emit_reward(
         return
     ctx.recorder.add_reward(
         RewardIn(
-            rollout_id=ctx.rollout_id, attempt_id=ctx.attempt_id, value=value, name=name, source=source,
-            after_llm_seq=ctx.last_llm_seq, span_id=current_span_id(), agent_name=current_agent(),
-            timestamp=time.time(), metadata=metadata, uid=uuid.uuid4().hex,
+            rollout_id=ctx.rollout_id,
+            attempt_id=ctx.attempt_id,
+            value=value,
+            name=name,
+            source=source,
+            after_llm_seq=ctx.last_llm_seq,
+            span_id=current_span_id(),
+            agent_name=current_agent(),
+            timestamp=time.time(),
+            metadata=metadata,
+            uid=uuid.uuid4().hex,
         )
     )
