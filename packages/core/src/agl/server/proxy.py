@@ -9,13 +9,14 @@ A backend that returns no ids (a hosted API) still works: its calls are stored a
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from typing import Any
 
-import httpx
+import aiohttp
 import orjson
 from starlette.requests import Request
 from starlette.responses import Response, StreamingResponse
@@ -27,6 +28,7 @@ from agl.tracing import attributes as attr
 log = logging.getLogger(__name__)
 
 TOKEN_ID_PARAM = "return_token_ids"
+UPSTREAM_ERRORS = (aiohttp.ClientError, asyncio.TimeoutError, OSError)
 
 
 @dataclass
@@ -182,13 +184,21 @@ class LLMProxy:
         self.served_model = served_model
         self.model_version: ModelVersion | None = store.latest_model_version()
         self._token_ids_rejected = upstream.token_ids == "never"
-        self._client = httpx.AsyncClient(
-            timeout=httpx.Timeout(upstream.timeout_s, connect=10.0),
-            limits=httpx.Limits(max_connections=1024, max_keepalive_connections=256),
-        )
+        self._session: aiohttp.ClientSession | None = None
+
+    def _client(self) -> aiohttp.ClientSession:
+        # aiohttp, not httpx: httpx's connection pool scans every connection on each request, which made it
+        # most of the proxy's CPU time at concurrency 32. Created on first use: a session needs a running loop.
+        if self._session is None:
+            self._session = aiohttp.ClientSession(
+                connector=aiohttp.TCPConnector(limit=1024, limit_per_host=0, keepalive_timeout=60),
+                timeout=aiohttp.ClientTimeout(total=None, connect=10.0, sock_read=self.upstream.timeout_s),
+            )
+        return self._session
 
     async def aclose(self) -> None:
-        await self._client.aclose()
+        if self._session is not None:
+            await self._session.close()
 
     def set_model_version(self, mv: ModelVersion) -> None:
         self.model_version = mv
@@ -217,7 +227,7 @@ class LLMProxy:
         return payload
 
     def _headers(self) -> dict[str, str]:
-        headers = {"content-type": "application/json"}
+        headers = {"content-type": "application/json", "accept-encoding": "identity"}
         if self.upstream.api_key:
             headers["authorization"] = f"Bearer {self.upstream.api_key}"
         return headers
@@ -262,18 +272,18 @@ class LLMProxy:
             return await self._stream(rec, seq_header)
         return await self._complete(rec, seq_header)
 
-    async def _post(self, rec: _CallRecord, *, stream: bool) -> httpx.Response:
+    async def _post(self, rec: _CallRecord) -> aiohttp.ClientResponse:
+        """POST to the upstream; the caller reads and releases the answer."""
         url = f"{self.upstream.base_url.rstrip('/')}/chat/completions"  # type: ignore[union-attr]
         for _ in range(2):
             payload = self._upstream_payload(rec.request, rec)
-            req = self._client.build_request("POST", url, content=orjson.dumps(payload), headers=self._headers())
-            resp = await self._client.send(req, stream=stream)
-            if resp.status_code == 400 and rec.asked_token_ids:
-                content = await resp.aread()
-                if self._rejected_token_ids(resp.status_code, content):
+            resp = await self._client().post(url, data=orjson.dumps(payload), headers=self._headers())
+            if resp.status == 400 and rec.asked_token_ids:
+                content = await resp.read()
+                if self._rejected_token_ids(resp.status, content):
                     log.warning("upstream rejects %s: calls will be stored as not trainable", TOKEN_ID_PARAM)
                     self._token_ids_rejected = True
-                    await resp.aclose()
+                    resp.release()
                     continue
             return resp
         return resp
@@ -290,60 +300,60 @@ class LLMProxy:
 
     async def _complete(self, rec: _CallRecord, seq_header: dict[str, str]) -> Response:
         try:
-            resp = await self._post(rec, stream=False)
-        except httpx.HTTPError as exc:
+            resp = await self._post(rec)
+            try:
+                content = await resp.read()
+            finally:
+                resp.release()
+        except UPSTREAM_ERRORS as exc:
             return self._upstream_failed(rec, exc, seq_header, stream=False)
-        content = resp.content
-        rec.http_status = resp.status_code
+        status = rec.http_status = resp.status
         try:
             parsed = orjson.loads(content)
         except orjson.JSONDecodeError:
             parsed = None
-        if resp.status_code >= 400 or not isinstance(parsed, dict):
-            rec.error = _error_message(parsed, content, resp.status_code)
+        if status >= 400 or not isinstance(parsed, dict):
+            rec.error = _error_message(parsed, content, status)
             self._store(rec, stream=False)
             if isinstance(parsed, dict) and "error" in parsed:
-                return Response(
-                    content, status_code=resp.status_code, media_type="application/json", headers=seq_header
-                )
-            status = resp.status_code if resp.status_code >= 400 else 502
-            return openai_error(status, f"LLM backend answered {resp.status_code}: {rec.error}", "upstream_error")
+                return Response(content, status_code=status, media_type="application/json", headers=seq_header)
+            answered = status if status >= 400 else 502
+            return openai_error(answered, f"LLM backend answered {status}: {rec.error}", "upstream_error")
         rec.take_choice(parsed)
         self._store(rec, stream=False)
-        return Response(content, status_code=resp.status_code, media_type="application/json", headers=seq_header)
+        return Response(content, status_code=status, media_type="application/json", headers=seq_header)
 
     async def _stream(self, rec: _CallRecord, seq_header: dict[str, str]) -> Response:
         try:
-            resp = await self._post(rec, stream=True)
-        except httpx.HTTPError as exc:
+            resp = await self._post(rec)
+            if resp.status >= 400:
+                try:
+                    content = await resp.read()
+                finally:
+                    resp.release()
+        except UPSTREAM_ERRORS as exc:
             return self._upstream_failed(rec, exc, seq_header, stream=True)
-        rec.http_status = resp.status_code
-        if resp.status_code >= 400:
-            content = await resp.aread()
-            await resp.aclose()
+        rec.http_status = resp.status
+        if resp.status >= 400:
             try:
                 parsed = orjson.loads(content)
             except orjson.JSONDecodeError:
                 parsed = None
-            rec.error = _error_message(parsed, content, resp.status_code)
+            rec.error = _error_message(parsed, content, resp.status)
             self._store(rec, stream=True)
             if isinstance(parsed, dict) and "error" in parsed:
-                return Response(
-                    content, status_code=resp.status_code, media_type="application/json", headers=seq_header
-                )
-            return openai_error(
-                resp.status_code, f"LLM backend answered {resp.status_code}: {rec.error}", "upstream_error"
-            )
+                return Response(content, status_code=resp.status, media_type="application/json", headers=seq_header)
+            return openai_error(resp.status, f"LLM backend answered {resp.status}: {rec.error}", "upstream_error")
         return StreamingResponse(
-            self._relay(resp, rec), status_code=resp.status_code, media_type="text/event-stream", headers=seq_header
+            self._relay(resp, rec), status_code=resp.status, media_type="text/event-stream", headers=seq_header
         )
 
-    async def _relay(self, resp: httpx.Response, rec: _CallRecord) -> AsyncIterator[bytes]:
+    async def _relay(self, resp: aiohttp.ClientResponse, rec: _CallRecord) -> AsyncIterator[bytes]:
         """Pass SSE bytes through untouched while parsing the events they carry."""
         buffer = b""
         stored = False
         try:
-            async for chunk in resp.aiter_raw():
+            async for chunk in resp.content.iter_any():
                 buffer += chunk
                 done = False
                 while b"\n\n" in buffer:
@@ -358,7 +368,7 @@ class LLMProxy:
                 rec.error = f"stream interrupted: {type(exc).__name__}: {exc}".rstrip(": ")
             raise
         finally:
-            await resp.aclose()
+            resp.release()
             if not stored:
                 if rec.error is None:
                     rec.error = "the backend closed the stream without [DONE]"
