@@ -157,3 +157,35 @@ def test_call_outside_any_scope_is_stored_and_flagged(server: ServerProcess, cli
     (call,) = run_one(unscoped_agent, server, client)
     assert call.agent_name is None and call.attribution.value == "unattributed"
     assert call.prompt_ids and call.response_ids  # still stored in full
+
+
+@agl.rollout
+async def shared_client_agent(task: Any, llm: agl.LLM) -> None:
+    """Uses the per-process shared clients; several rollouts run at once in one runner."""
+    me = agl.current_rollout().rollout_id
+    async_client = llm.async_openai_client(max_retries=0)
+    sync_client = llm.openai_client(max_retries=0)
+    for name in ("alpha", "beta"):
+        with agl.agent(name):
+            await async_client.chat.completions.create(
+                model=llm.model, messages=[{"role": "user", "content": f"{name}: {me}"}]
+            )
+            await asyncio.sleep(0)  # let the other rollouts' calls interleave
+    with agl.agent("gamma"):
+        await asyncio.to_thread(
+            agl.propagate(sync_client.chat.completions.create),
+            model=llm.model,
+            messages=[{"role": "user", "content": f"gamma: {me}"}],
+        )
+
+
+def test_shared_clients_send_each_rollouts_calls_to_its_own_url(server: ServerProcess, client: Client) -> None:
+    rollouts = [r for _ in range(4) for r in client.enqueue("t")]
+    stats = agl.Runner(shared_client_agent, server.url, concurrency=4, heartbeat_s=0.5).run(max_rollouts=4)
+    assert stats.succeeded == 4, stats
+    for rollout in rollouts:
+        calls = client.rollout_detail(rollout.id).llm_calls
+        assert sorted(c.agent_name or "" for c in calls) == ["alpha", "beta", "gamma"]
+        for call in calls:
+            name, sender = call.request["messages"][-1]["content"].split(": ")
+            assert (call.agent_name, sender) == (name, rollout.id)

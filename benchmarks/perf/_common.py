@@ -56,6 +56,6 @@ def report(name: str, rows: dict[str, Any]) -> None:
     print(f"\n== {name}")
     for key, value in rows.items():
         shown = f"{value:,.3f}" if isinstance(value, float) else str(value)
-        print(f"  {key:<56} {shown}")
+        print(f"  {key:<62} {shown}")
     RESULTS_DIR.mkdir(parents=True, exist_ok=True)
     (RESULTS_DIR / f"{name}.json").write_text(json.dumps(rows, indent=2) + "\n")
