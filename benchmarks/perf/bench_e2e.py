@@ -73,7 +73,7 @@ def main(n: int = 1000, processes: int = 4, concurrency: int = 16) -> dict[str, 
     rows["LLM calls stored (all batches)"] = stats["llm_calls"]
     rows["rewards stored (all batches)"] = stats["rewards"]
     rows["target: rollouts/s ≥"] = 50
-    rows["meets target (shared client)"] = shared >= 50
+    rows["meets target"] = shared >= 50  # with the shared client, the documented way
     report("end_to_end", rows)
     return rows
 

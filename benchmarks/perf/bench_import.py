@@ -10,9 +10,12 @@ import sys
 
 from _common import median, report
 
+# Peak RSS from VmHWM (the high-water mark of this process's own memory map): ru_maxrss would be wrong here,
+# because Linux carries the parent's peak across fork and exec, so a child would report the benchmark's size.
 PROBE = (
-    "import resource, sys, time; t = time.perf_counter(); {stmt}; dt = time.perf_counter() - t; "
-    "print(dt, resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, len(sys.modules))"
+    "import time; t = time.perf_counter(); {stmt}; dt = time.perf_counter() - t; import sys; "
+    "hwm = [l for l in open('/proc/self/status') if l.startswith('VmHWM')][0].split()[1]; "
+    "print(dt, int(hwm) / 1024, len(sys.modules))"
 )
 
 

@@ -97,8 +97,8 @@ def main() -> None:
                 f"trainable LLM calls exported: {len(calls)} (agents {agents}, {tokens} token ids) -> {export_path}"
             )
             console.print(
-                f"store: {args.run_dir / 'agl.sqlite'}; look around with "
-                f"`agl rollouts --server {server.url}` while it runs, or reopen it with `agl serve --run-dir {args.run_dir}`"
+                f"store: {args.run_dir / 'agl.sqlite'}; to look around, reopen it with "
+                f"`agl serve --run-dir {args.run_dir}`, then `agl rollouts` and `agl show <rollout id>`"
             )
     finally:
         for w in workers:

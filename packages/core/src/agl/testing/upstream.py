@@ -30,6 +30,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import random
 import re
 import subprocess
 import sys
@@ -189,10 +190,21 @@ def _logprob_entries(pieces_: list[str], start: int) -> list[dict[str, Any]]:
 class ScriptedUpstream:
     """The ASGI app. `reject_unknown_params` answers 400 to `return_token_ids`, as a hosted API does."""
 
-    def __init__(self, *, model: str = "scripted", reject_unknown_params: bool = False, delay_s: float = 0.0) -> None:
+    def __init__(
+        self,
+        *,
+        model: str = "scripted",
+        reject_unknown_params: bool = False,
+        delay_s: float = 0.0,
+        delay_jitter: float = 0.0,
+    ) -> None:
         self.model = model
         self.reject_unknown_params = reject_unknown_params
         self.delay_s = delay_s
+        # Real model calls do not all take the same time; a fixed delay keeps concurrent clients in lock-step.
+        # Each answer waits delay_s * uniform(1 - jitter, 1 + jitter), from a seeded generator.
+        self.delay_jitter = min(max(delay_jitter, 0.0), 1.0)
+        self._rng = random.Random(0)
         self.requests = 0
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
@@ -230,7 +242,8 @@ class ScriptedUpstream:
             await _respond(send, exc.status, _error_body(exc.status, str(exc), exc.type))
             return
         if self.delay_s:
-            await asyncio.sleep(self.delay_s)
+            spread = self.delay_jitter
+            await asyncio.sleep(self.delay_s * (self._rng.uniform(1 - spread, 1 + spread) if spread else 1.0))
         model = request.get("model") or self.model
         want_ids = bool(request.get("return_token_ids"))
         want_logprobs = bool(request.get("logprobs"))
@@ -395,12 +408,18 @@ def run_in_thread(**options: Any) -> ThreadedUpstream:
 
 
 def start_upstream_process(
-    *, reject_unknown_params: bool = False, delay_s: float = 0.0, model: str = "scripted", timeout: float = 60.0
+    *,
+    reject_unknown_params: bool = False,
+    delay_s: float = 0.0,
+    delay_jitter: float = 0.0,
+    model: str = "scripted",
+    timeout: float = 60.0,
 ) -> tuple[subprocess.Popen[str], str]:
     """Start `python -m agl.testing.upstream` on a free port; returns the process and its `/v1` base URL."""
     from agl.testing.processes import _read_ready_line
 
     args = [sys.executable, "-m", "agl.testing.upstream", "--port=0", f"--model={model}", f"--delay-s={delay_s}"]
+    args.append(f"--delay-jitter={delay_jitter}")
     if reject_unknown_params:
         args.append("--reject-unknown-params")
     proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
@@ -416,12 +435,20 @@ def main(argv: list[str] | None = None) -> None:
         "--reject-unknown-params", action="store_true", help="answer 400 to return_token_ids, as a hosted API does"
     )
     parser.add_argument("--delay-s", type=float, default=0.0, help="wait this long before every answer")
+    parser.add_argument(
+        "--delay-jitter", type=float, default=0.0, help="spread of the wait: delay-s × uniform(1 - jitter, 1 + jitter)"
+    )
     args = parser.parse_args(argv)
     import socket
 
     import uvicorn
 
-    app = ScriptedUpstream(model=args.model, reject_unknown_params=args.reject_unknown_params, delay_s=args.delay_s)
+    app = ScriptedUpstream(
+        model=args.model,
+        reject_unknown_params=args.reject_unknown_params,
+        delay_s=args.delay_s,
+        delay_jitter=args.delay_jitter,
+    )
     sock = socket.socket(socket.AF_INET6 if ":" in args.host else socket.AF_INET, socket.SOCK_STREAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     sock.bind((args.host, args.port))
