@@ -181,6 +181,21 @@ def test_one_failing_write_does_not_roll_back_its_batch(store: Store) -> None:
         store.get_task("t-bad")
 
 
+def test_failing_llm_call_insert_keeps_the_rest_of_its_batch(store: Store) -> None:
+    (rid,) = enqueue(store)
+    (claim,) = store.claim("w", 1, 60).result()
+    aid = claim.attempt.id
+    # A duplicate id fails inside the same transaction as its neighbours (LLM call inserts use no savepoint).
+    futures = [store.add_llm_call(call(rid, aid, 0)), store.add_llm_call(call(rid, aid, 0))]
+    futures += [store.add_llm_call(call(rid, aid, seq)) for seq in (1, 2)]
+    assert futures[0].result() is None
+    with pytest.raises(sqlite3.IntegrityError):
+        futures[1].result()
+    for f in futures[2:]:
+        f.result()
+    assert [c.seq for c in store.llm_calls(rid)] == [0, 1, 2]
+
+
 def test_resent_spans_and_rewards_are_stored_once(store: Store) -> None:
     (rid,) = enqueue(store)
     att = store.claim("w", 1, 30).result()[0].attempt
