@@ -1,0 +1,56 @@
+"""Agent selection: which agents' LLM calls become training data.
+
+One flag picks them: `AGL_TRAIN_AGENTS=writer,rewriter` in the environment, the same key (`train_agents`) in a
+run config, or a keyword argument. Unselected agents still run and are still traced; their calls only give no
+transitions. With no selection every attributed and unattributed call is trained; with one, a call that no
+agent scope named cannot be said to belong to a selected agent, so it is left out (and counted).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+ENV_VAR = "AGL_TRAIN_AGENTS"
+_NAME = re.compile(r"^[^\s,][^,]*$")
+
+
+@dataclass(frozen=True)
+class AgentSelection:
+    """`agents=None`: every call is trained. Otherwise only calls attributed to one of `agents`."""
+
+    agents: frozenset[str] | None = None
+
+    @classmethod
+    def parse(cls, value: str | Iterable[str] | None) -> AgentSelection:
+        """`"writer,rewriter"`, a list of names, or None / "" / "*" for all agents."""
+        if value is None:
+            return cls(None)
+        names = value.split(",") if isinstance(value, str) else list(value)
+        cleaned = [n.strip() for n in names if n.strip()]
+        if not cleaned or cleaned == ["*"]:
+            return cls(None)
+        for name in cleaned:
+            if not _NAME.match(name) or name == "*":
+                raise ValueError(f"agent name {name!r} in the training selection is not valid")
+        return cls(frozenset(cleaned))
+
+    @classmethod
+    def resolve(
+        cls, explicit: str | Iterable[str] | None = None, config_value: str | Iterable[str] | None = None
+    ) -> AgentSelection:
+        """The keyword argument wins, then the run config's `train_agents`, then `AGL_TRAIN_AGENTS`."""
+        for value in (explicit, config_value, os.environ.get(ENV_VAR)):
+            if value is not None:
+                return cls.parse(value)
+        return cls(None)
+
+    def selects(self, agent_name: str | None) -> bool:
+        if self.agents is None:
+            return True
+        return agent_name is not None and agent_name in self.agents
+
+    def __str__(self) -> str:
+        return "all agents" if self.agents is None else ",".join(sorted(self.agents))

@@ -1,0 +1,141 @@
+"""Stored-record factories for unit tests of transitions and credit assignment."""
+
+from __future__ import annotations
+
+import itertools
+from dataclasses import dataclass, field
+
+from agl.schema import (
+    Attempt,
+    AttemptStatus,
+    Attribution,
+    LLMCall,
+    Reward,
+    RewardSource,
+    Rollout,
+    RolloutDetail,
+    RolloutStatus,
+    Task,
+)
+
+_ids = itertools.count()
+
+
+@dataclass
+class Call:
+    prompt: list[int]
+    response: list[int]
+    agent: str | None = "solver"
+    logprobs: list[float] | None = None
+    trainable: bool = True
+    status: str = "ok"
+    model_version: int | None = None
+
+
+@dataclass
+class Rew:
+    value: float
+    after_seq: int | None
+    source: RewardSource = RewardSource.explicit
+
+
+@dataclass
+class Run:
+    task_id: str
+    calls: list[Call]
+    rewards: list[Rew] = field(default_factory=list)
+    final: float | None = 1.0
+    status: RolloutStatus = RolloutStatus.succeeded
+
+
+def detail(run: Run) -> RolloutDetail:
+    n = next(_ids)
+    rollout_id, attempt_id = f"ro-{n}", f"at-{n}"
+    rollout = Rollout(
+        id=rollout_id,
+        task_id=run.task_id,
+        mode="train",
+        step=None,
+        status=run.status,
+        attempt_count=1,
+        max_attempts=1,
+        timeout_s=None,
+        created_at=0.0,
+        started_at=0.0,
+        ended_at=1.0,
+        final_attempt_id=attempt_id if run.status is RolloutStatus.succeeded else None,
+        final_reward=run.final,
+        error=None,
+        metadata={},
+    )
+    attempt = Attempt(
+        id=attempt_id,
+        rollout_id=rollout_id,
+        number=1,
+        worker_id="w",
+        status=AttemptStatus.succeeded,
+        started_at=0.0,
+        heartbeat_at=0.0,
+        lease_expires_at=1.0,
+        ended_at=1.0,
+        error=None,
+    )
+    calls = [
+        LLMCall(
+            id=f"llm-{n}-{seq}",
+            rollout_id=rollout_id,
+            attempt_id=attempt_id,
+            seq=seq,
+            agent_name=c.agent,
+            attribution=Attribution.scope if c.agent else Attribution.unattributed,
+            trace_id=None,
+            parent_span_id=None,
+            model_requested="m",
+            model="m",
+            model_version=c.model_version,
+            request={"messages": []},
+            response_message=None,
+            prompt_ids=c.prompt if c.trainable else None,
+            response_ids=c.response if c.trainable else None,
+            logprobs=c.logprobs if c.logprobs is not None else [-0.5] * len(c.response),
+            finish_reason="stop",
+            stream=False,
+            status=c.status,
+            http_status=200,
+            error=None,
+            started_at=0.0,
+            latency_s=0.0,
+            usage={},
+            trainable=c.trainable,
+            not_trainable_reason=None if c.trainable else "the backend returned no token ids",
+        )
+        for seq, c in enumerate(run.calls)
+    ]
+    rewards = [
+        Reward(
+            id=i,
+            rollout_id=rollout_id,
+            attempt_id=attempt_id,
+            value=r.value,
+            name=f"r{i}",
+            source=r.source,
+            after_llm_seq=r.after_seq,
+            timestamp=0.0,
+        )
+        for i, r in enumerate(run.rewards)
+    ]
+    if run.final is not None:
+        rewards.append(
+            Reward(
+                id=len(rewards),
+                rollout_id=rollout_id,
+                attempt_id=attempt_id,
+                value=run.final,
+                name="final",
+                source=RewardSource.returned,
+                after_llm_seq=len(run.calls) - 1 if run.calls else None,
+                timestamp=0.0,
+            )
+        )
+    task = Task(id=run.task_id, input="q", metadata={}, created_at=0.0)
+    return RolloutDetail(rollout=rollout, task=task, attempts=[attempt], spans=[], llm_calls=calls, rewards=rewards)
