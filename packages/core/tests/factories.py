@@ -15,6 +15,8 @@ from agl.schema import (
     Rollout,
     RolloutDetail,
     RolloutStatus,
+    Span,
+    SpanStatus,
     Task,
 )
 
@@ -40,12 +42,21 @@ class Rew:
 
 
 @dataclass
+class ToolSpan:
+    name: str
+    status: SpanStatus
+    after_seq: int | None  # recorded as agl.after_llm_seq; None: only times (as from another tracer)
+    start_time: float = 0.0
+
+
+@dataclass
 class Run:
     task_id: str
     calls: list[Call]
     rewards: list[Rew] = field(default_factory=list)
     final: float | None = 1.0
     status: RolloutStatus = RolloutStatus.succeeded
+    tools: list[ToolSpan] = field(default_factory=list)
 
 
 def detail(run: Run) -> RolloutDetail:
@@ -103,8 +114,8 @@ def detail(run: Run) -> RolloutDetail:
             status=c.status,
             http_status=200,
             error=None,
-            started_at=0.0,
-            latency_s=0.0,
+            started_at=float(seq),
+            latency_s=0.5,
             usage={},
             trainable=c.trainable,
             not_trainable_reason=None if c.trainable else "the backend returned no token ids",
@@ -137,5 +148,23 @@ def detail(run: Run) -> RolloutDetail:
                 timestamp=0.0,
             )
         )
+    spans = [
+        Span(
+            trace_id="a" * 32,
+            span_id=f"{n:08x}{i:08x}",
+            name=f"tool:{t.name}",
+            start_time=t.start_time,
+            end_time=t.start_time + 0.1,
+            status=t.status,
+            rollout_id=rollout_id,
+            attempt_id=attempt_id,
+            attributes={
+                "agl.span.kind": "tool",
+                "gen_ai.tool.name": t.name,
+                **({"agl.after_llm_seq": t.after_seq} if t.after_seq is not None else {}),
+            },
+        )
+        for i, t in enumerate(run.tools)
+    ]
     task = Task(id=run.task_id, input="q", metadata={}, created_at=0.0)
-    return RolloutDetail(rollout=rollout, task=task, attempts=[attempt], spans=[], llm_calls=calls, rewards=rewards)
+    return RolloutDetail(rollout=rollout, task=task, attempts=[attempt], spans=spans, llm_calls=calls, rewards=rewards)

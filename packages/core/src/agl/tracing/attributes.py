@@ -13,6 +13,8 @@ TOOL_NAME = "gen_ai.tool.name"
 TOOL_CALL_ID = "gen_ai.tool.call.id"
 TOOL_ARGUMENTS = "agl.tool.arguments"
 TOOL_RESULT = "agl.tool.result"
+# the sequence number of the last LLM call answered when the span ended: places tool outcomes in the run
+AFTER_LLM_SEQ = "agl.after_llm_seq"
 
 # HTTP headers the client adds to LLM requests sent to the proxy
 HEADER_AGENT = "x-agl-agent"

@@ -73,6 +73,8 @@ def span(name: str, *, kind: str = "custom", attributes: Mapping[str, Any] | Non
         )
         if agent is not None:
             handle.attributes[attr.AGENT_NAME] = agent
+        if ctx.last_llm_seq is not None:
+            handle.attributes[attr.AFTER_LLM_SEQ] = ctx.last_llm_seq
         ctx.recorder.add_span(
             SpanIn(
                 trace_id=ctx.trace_id,

@@ -1,0 +1,146 @@
+"""Automatic Intermediate Rewarding (AIR): rules that read runtime signals already in a rollout's trace and
+turn them into intermediate rewards, so that a long run teaches more than its final score.
+
+A rule is any callable `RolloutDetail → iterable of RewardIn`; the built-in ones:
+
+- `ToolStatusRule`: a tool span that ended in error gives `error_reward` (default −0.1) right after the LLM call
+  that asked for the tool; one that succeeded gives `ok_reward` (default 0: rewarding every tool call invites
+  calling tools for their own sake). Tool spans are those of kind `tool` (agl's `agl.tool(...)`, the adapters)
+  or carrying `gen_ai.tool.name` (OpenTelemetry GenAI instrumentations).
+- `AnswerParseRule`: the last answer of an agent that the task's parser cannot read gives `reward`
+  (default −0.5).
+
+Every reward a rule makes has source `automatic`, the rule's name, and a `uid` derived from what it is about,
+so applying the rules twice, or storing their rewards twice, counts them once. `DEFAULT_RULES` is what the
+trainer uses unless told otherwise.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from agl.schema import LLMCall, Reward, RewardIn, RewardSource, RolloutDetail, Span, SpanStatus
+from agl.tracing import attributes as attr
+
+
+class AirRule(Protocol):
+    name: str
+
+    def __call__(self, detail: RolloutDetail) -> Iterable[RewardIn]: ...
+
+
+def final_attempt_calls(detail: RolloutDetail) -> list[LLMCall]:
+    attempt = detail.rollout.final_attempt_id
+    return sorted((c for c in detail.llm_calls if c.attempt_id == attempt), key=lambda c: c.seq)
+
+
+def llm_seq_before(span: Span, calls: Sequence[LLMCall]) -> int | None:
+    """The call a span came after: the span's own record of it, else the last call that had answered when the
+    span started (spans from other tracers carry only times)."""
+    recorded = span.attributes.get(attr.AFTER_LLM_SEQ)
+    if isinstance(recorded, int):
+        return recorded
+    answered = [c.seq for c in calls if c.started_at + c.latency_s <= span.start_time]
+    return max(answered) if answered else None
+
+
+def is_tool_span(span: Span) -> bool:
+    return span.attributes.get(attr.SPAN_KIND) == "tool" or attr.TOOL_NAME in span.attributes
+
+
+@dataclass(frozen=True)
+class ToolStatusRule:
+    error_reward: float = -0.1
+    ok_reward: float = 0.0
+    name: str = "air:tool_status"
+
+    def __call__(self, detail: RolloutDetail) -> Iterable[RewardIn]:
+        attempt = detail.rollout.final_attempt_id
+        calls = final_attempt_calls(detail)
+        for span in detail.spans:
+            if span.attempt_id != attempt or not is_tool_span(span):
+                continue
+            if span.status is SpanStatus.error:
+                value, outcome = self.error_reward, "error"
+            elif span.status is SpanStatus.ok:
+                value, outcome = self.ok_reward, "ok"
+            else:
+                continue
+            if value == 0.0:
+                continue
+            yield RewardIn(
+                rollout_id=detail.rollout.id,
+                attempt_id=span.attempt_id,
+                value=value,
+                name=self.name,
+                source=RewardSource.automatic,
+                after_llm_seq=llm_seq_before(span, calls),
+                span_id=span.span_id,
+                agent_name=span.agent_name,
+                timestamp=span.end_time,
+                uid=f"{self.name}:{span.span_id}",
+                metadata={
+                    "tool": str(span.attributes.get(attr.TOOL_NAME, span.name)),
+                    "outcome": outcome,
+                    "message": span.status_message,
+                },
+            )
+
+
+@dataclass(frozen=True)
+class AnswerParseRule:
+    """`parse(text)` returns None or raises when the answer cannot be read (e.g. no number, no SQL)."""
+
+    parse: Callable[[str], Any]
+    reward: float = -0.5
+    agent: str | None = None  # whose last answer to check; None: the last call of the rollout
+    name: str = "air:unparsable_answer"
+
+    def __call__(self, detail: RolloutDetail) -> Iterable[RewardIn]:
+        calls = [c for c in final_attempt_calls(detail) if self.agent is None or c.agent_name == self.agent]
+        if not calls or calls[-1].response_message is None:
+            return
+        last = calls[-1]
+        content = last.response_message.get("content")
+        text = content if isinstance(content, str) else ""
+        try:
+            readable = self.parse(text) is not None
+        except Exception:
+            readable = False
+        if not readable:
+            yield RewardIn(
+                rollout_id=detail.rollout.id,
+                attempt_id=last.attempt_id,
+                value=self.reward,
+                name=self.name,
+                source=RewardSource.automatic,
+                after_llm_seq=last.seq,
+                agent_name=last.agent_name,
+                timestamp=last.started_at + last.latency_s,
+                uid=f"{self.name}:{last.id}",
+                metadata={"answer": text[:200]},
+            )
+
+
+DEFAULT_RULES: tuple[AirRule, ...] = (ToolStatusRule(),)
+
+
+def air_rewards(detail: RolloutDetail, rules: Sequence[AirRule] = DEFAULT_RULES) -> list[RewardIn]:
+    """The automatic rewards of one rollout that are not stored yet (matched by uid)."""
+    stored = {r.uid for r in detail.rewards if r.uid}
+    out: list[RewardIn] = []
+    for rule in rules:
+        out += [r for r in rule(detail) if r.uid not in stored]
+    return out
+
+
+def with_air(detail: RolloutDetail, rules: Sequence[AirRule] = DEFAULT_RULES) -> RolloutDetail:
+    """A copy of `detail` whose rewards include the rules' automatic rewards (each once)."""
+    new = air_rewards(detail, rules)
+    if not new:
+        return detail
+    next_id = max((r.id for r in detail.rewards), default=0) + 1
+    added = [Reward(id=next_id + i, **{**r.model_dump(), "timestamp": r.timestamp or 0.0}) for i, r in enumerate(new)]
+    return detail.model_copy(update={"rewards": [*detail.rewards, *added]})

@@ -1,0 +1,49 @@
+"""AIR: tool outcomes and unreadable answers become automatic rewards, placed after the right call, once."""
+
+from __future__ import annotations
+
+from factories import Call, Run, ToolSpan, detail
+
+from agl.air import AnswerParseRule, ToolStatusRule, air_rewards, with_air
+from agl.schema import RewardSource, SpanStatus
+from agl.transitions import build_episode
+
+
+def test_tool_errors_are_penalised_after_the_call_that_asked_for_the_tool() -> None:
+    d = detail(
+        Run(
+            "t",
+            [Call([1], [2]), Call([3], [4]), Call([5], [6])],
+            tools=[
+                ToolSpan("calc", SpanStatus.error, after_seq=0),
+                ToolSpan("calc", SpanStatus.ok, after_seq=1),
+                ToolSpan("search", SpanStatus.error, after_seq=None, start_time=1.7),  # placed by time: after call 1
+            ],
+        )
+    )
+    rewards = air_rewards(d)
+    assert [(r.value, r.after_llm_seq, r.metadata["tool"]) for r in rewards] == [(-0.1, 0, "calc"), (-0.1, 1, "search")]
+    assert all(r.source is RewardSource.automatic and r.name == "air:tool_status" for r in rewards)
+    rewarded_ok = air_rewards(d, [ToolStatusRule(error_reward=-1.0, ok_reward=0.2)])
+    assert [r.value for r in rewarded_ok] == [-1.0, 0.2, -1.0]
+
+
+def test_air_rewards_reach_the_transitions_and_count_once() -> None:
+    d = detail(Run("t", [Call([1], [2]), Call([3], [4])], tools=[ToolSpan("calc", SpanStatus.error, after_seq=0)]))
+    enriched = with_air(d)
+    assert with_air(enriched) is enriched  # already there (same uid): nothing added twice
+    ep = build_episode(enriched)
+    assert ep is not None and [t.reward for t in ep.transitions] == [-0.1, 1.0]
+
+
+def test_unparsable_answer_rule() -> None:
+    def number(text: str) -> float:
+        return float(text.split()[-1])
+
+    d = detail(Run("t", [Call([1], [2])]))
+    d.llm_calls[0].response_message = {"role": "assistant", "content": "I think it is forty"}
+    (r,) = air_rewards(d, [AnswerParseRule(number)])
+    assert r.value == -0.5 and r.after_llm_seq == 0 and r.name == "air:unparsable_answer"
+    d.llm_calls[0].response_message = {"role": "assistant", "content": "It is 40"}
+    assert air_rewards(d, [AnswerParseRule(number)]) == []
+    assert air_rewards(d, [AnswerParseRule(number, agent="someone else")]) == []
