@@ -26,7 +26,8 @@ from agl.tracing import attributes as attr
 
 
 class AirRule(Protocol):
-    name: str
+    @property
+    def name(self) -> str: ...
 
     def __call__(self, detail: RolloutDetail) -> Iterable[RewardIn]: ...
 
@@ -58,6 +59,8 @@ class ToolStatusRule:
 
     def __call__(self, detail: RolloutDetail) -> Iterable[RewardIn]:
         attempt = detail.rollout.final_attempt_id
+        if attempt is None:
+            return
         calls = final_attempt_calls(detail)
         for span in detail.spans:
             if span.attempt_id != attempt or not is_tool_span(span):
@@ -72,7 +75,7 @@ class ToolStatusRule:
                 continue
             yield RewardIn(
                 rollout_id=detail.rollout.id,
-                attempt_id=span.attempt_id,
+                attempt_id=attempt,
                 value=value,
                 name=self.name,
                 source=RewardSource.automatic,
@@ -100,10 +103,13 @@ class AnswerParseRule:
 
     def __call__(self, detail: RolloutDetail) -> Iterable[RewardIn]:
         calls = [c for c in final_attempt_calls(detail) if self.agent is None or c.agent_name == self.agent]
-        if not calls or calls[-1].response_message is None:
+        if not calls:
             return
         last = calls[-1]
-        content = last.response_message.get("content")
+        message = last.response_message
+        if message is None:
+            return
+        content = message.get("content")
         text = content if isinstance(content, str) else ""
         try:
             readable = self.parse(text) is not None
