@@ -7,6 +7,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+import bench_credit
 import bench_e2e
 import bench_import
 import bench_proxy
@@ -19,6 +20,7 @@ def main() -> None:
         "span ingestion": bench_spans.main(),
         "proxy overhead": bench_proxy.main(),
         "end to end": bench_e2e.main(),
+        "credit assignment": bench_credit.main(),
     }
     print("\n== summary")
     for name, rows in results.items():

@@ -155,3 +155,16 @@ def test_every_registered_strategy_is_documented_in_the_module() -> None:
 
     for name in STRATEGIES:
         assert f"\n    {name} " in (agl.credit.__doc__ or ""), name
+
+
+def test_step_groups_need_identical_prompts_not_just_the_same_length_and_ends() -> None:
+    eps = episodes_of(
+        Run("t", [Call([1, 2, 3, 4, 5, 6, 7, 8, 9], [4])], final=1.0),
+        Run("t", [Call([1, 2, 3, 4, 0, 6, 7, 8, 9], [5])], final=0.0),  # differs in the middle only
+        Run("t", [Call([1, 2, 3, 4, 5, 6, 7, 8, 9], [6])], final=0.0),
+    )
+    stats = assign_credit(eps, "step")
+    assert stats.shared_prompt_transitions == 2  # rollouts 0 and 2 are compared; 1 keeps its grpo advantage
+    assert eps[0].transitions[0].advantage == pytest.approx(1.0, abs=1e-5)
+    assert eps[2].transitions[0].advantage == pytest.approx(-1.0, abs=1e-5)
+    assert eps[1].transitions[0].advantage == pytest.approx(-1 / math.sqrt(2), rel=1e-5)

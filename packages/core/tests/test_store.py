@@ -237,3 +237,16 @@ def test_final_llm_calls_come_from_the_final_attempt_only(store: Store) -> None:
     rows = list(store.iter_final_llm_calls())
     assert [(c.attempt_id, c.seq) for _, c in rows] == [(final.id, 0), (final.id, 1)]
     assert len(store.llm_calls(rid)) == 3  # the lost attempt's call is kept as history
+
+
+def test_bulk_rollout_details_match_the_one_by_one_read(store: Store) -> None:
+    ids = enqueue(store, n=3)
+    claims = store.claim("w", 3, 60).result()
+    for claim in claims:
+        store.add_llm_call(call(claim.rollout.id, claim.attempt.id, 0)).result()
+        store.add_rewards([RewardIn(rollout_id=claim.rollout.id, attempt_id=claim.attempt.id, value=0.5)]).result()
+    store.complete(claims[0].attempt.id, "succeeded", reward=1.0).result()
+    bulk = store.rollout_details([*ids, "ro-missing"])
+    assert [d.rollout.id for d in bulk] == ids
+    for d in bulk:
+        assert d.model_dump() == store.rollout_detail(d.rollout.id).model_dump()

@@ -166,19 +166,40 @@ def grpo(episodes: Sequence[Episode], config: CreditConfig, stats: CreditStats) 
             t.advantage = advantage
 
 
+def _same_prompt_groups(episodes: Sequence[Episode]) -> list[list[Transition]]:
+    """Transitions of the same task with identical prompt ids. A cheap key (length and both ends) buckets
+    them first, so only likely matches have their whole prompts compared: hashing every prompt in full touched
+    each of its int objects and cost more than the rest of credit assignment."""
+    buckets: dict[tuple[str, int, tuple[int, ...], tuple[int, ...]], list[Transition]] = defaultdict(list)
+    for ep in episodes:
+        for t in ep.transitions:
+            ids = t.prompt_ids
+            buckets[(ep.task_id, len(ids), tuple(ids[:4]), tuple(ids[-4:]))].append(t)
+    groups: list[list[Transition]] = []
+    for bucket in buckets.values():
+        if len(bucket) < 2:
+            continue
+        exact: list[list[Transition]] = []
+        for t in bucket:
+            for group in exact:
+                if group[0].prompt_ids == t.prompt_ids:
+                    group.append(t)
+                    break
+            else:
+                exact.append([t])
+        groups += [g for g in exact if len(g) > 1]
+    return groups
+
+
 @register("step")
 def step(episodes: Sequence[Episode], config: CreditConfig, stats: CreditStats) -> None:
     fallback = _rollout_advantages(episodes, config, stats)
     _set_discounted_returns(episodes, config.gamma)
-    groups: dict[tuple[str, tuple[int, ...]], list[Transition]] = defaultdict(list)
     for ep, advantage in zip(episodes, fallback, strict=True):
         _weigh_per_rollout(ep)
         for t in ep.transitions:
             t.advantage = advantage
-            groups[(ep.task_id, tuple(t.prompt_ids))].append(t)
-    for members in groups.values():
-        if len(members) < 2:
-            continue
+    for members in _same_prompt_groups(episodes):
         stats.groups += 1
         stats.shared_prompt_transitions += len(members)
         mean, std = _mean_std([t.ret for t in members])

@@ -109,15 +109,17 @@ def _call_reason(call: LLMCall, selection: AgentSelection) -> str | None:
 
 
 def _to_transition(call: LLMCall, rollout: Rollout) -> Transition:
-    response = list(call.response_ids or [])
-    logprobs = list(call.logprobs) if call.logprobs is not None and len(call.logprobs) == len(response) else None
+    # The id lists are shared with the call, not copied: they are long, and nothing changes them in place
+    # (merging builds new lists).
+    response = call.response_ids or []
+    logprobs = call.logprobs if call.logprobs is not None and len(call.logprobs) == len(response) else None
     return Transition(
         rollout_id=rollout.id,
         task_id=rollout.task_id,
         attempt_id=call.attempt_id,
         seq=call.seq,
         agent_name=call.agent_name,
-        prompt_ids=list(call.prompt_ids or []),
+        prompt_ids=call.prompt_ids or [],
         response_ids=response,
         response_mask=[1] * len(response),
         logprobs=logprobs,
@@ -140,13 +142,13 @@ def _extends(prev: Transition, nxt: Transition) -> bool:
 def _merge(prev: Transition, nxt: Transition) -> None:
     head = len(prev.prompt_ids) + len(prev.response_ids)
     appended = nxt.prompt_ids[head:]
-    prev.response_ids += appended + nxt.response_ids
-    prev.response_mask += [0] * len(appended) + nxt.response_mask
+    prev.response_ids = prev.response_ids + appended + nxt.response_ids  # new lists: the calls' stay intact
+    prev.response_mask = prev.response_mask + [0] * len(appended) + nxt.response_mask
     if prev.logprobs is not None and nxt.logprobs is not None:
-        prev.logprobs += [0.0] * len(appended) + nxt.logprobs
+        prev.logprobs = prev.logprobs + [0.0] * len(appended) + nxt.logprobs
     else:
         prev.logprobs = None
-    prev.call_ids += nxt.call_ids
+    prev.call_ids = prev.call_ids + nxt.call_ids
     prev.reward += nxt.reward
     if nxt.model_version != prev.model_version:
         prev.model_version = None  # a merged turn spans two policies: no single version produced it

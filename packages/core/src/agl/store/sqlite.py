@@ -303,6 +303,18 @@ class Store:
         return LLMCall.model_validate(d)
 
     @staticmethod
+    def _llm_call_trusted(row: sqlite3.Row) -> LLMCall:
+        """`_llm_call` without validation, for bulk reads: these rows were validated when they were written,
+        and validating long id lists again cost more than reading them."""
+        d = dict(row)
+        for key in ("request", "response_message", "prompt_ids", "response_ids", "logprobs", "usage"):
+            d[key] = _loads(d[key])
+        d["stream"] = bool(d["stream"])
+        d["trainable"] = bool(d["trainable"])
+        d["attribution"] = Attribution(d["attribution"])
+        return LLMCall.model_construct(**d)
+
+    @staticmethod
     def _reward(row: sqlite3.Row) -> Reward:
         d = dict(row)
         d["metadata"] = _loads(d["metadata"])
@@ -807,6 +819,51 @@ class Store:
             llm_calls=self.llm_calls(rollout_id),
             rewards=self.rewards(rollout_id),
         )
+
+    def rollout_details(self, rollout_ids: Sequence[str]) -> list[RolloutDetail]:
+        """`rollout_detail` of many rollouts in a few queries (the trainer's read path); unknown ids are skipped."""
+        conn = self._reader()
+        out: list[RolloutDetail] = []
+        for start in range(0, len(rollout_ids), 500):
+            chunk = list(rollout_ids[start : start + 500])
+            marks = ",".join("?" * len(chunk))
+
+            def rows(sql: str, chunk: list[str] = chunk, marks: str = marks) -> list[sqlite3.Row]:
+                return conn.execute(sql.format(marks=marks), chunk).fetchall()
+
+            rollouts = {r["id"]: self._rollout(r) for r in rows("SELECT * FROM rollouts WHERE id IN ({marks})")}
+            task_ids = sorted({r.task_id for r in rollouts.values()})
+            tasks = {
+                t["id"]: self._task(t)
+                for t in conn.execute(
+                    f"SELECT * FROM tasks WHERE id IN ({','.join('?' * len(task_ids))})", task_ids
+                ).fetchall()
+            }
+            grouped: dict[str, dict[str, list[Any]]] = {
+                rid: {"attempts": [], "spans": [], "llm_calls": [], "rewards": []} for rid in rollouts
+            }
+            for row in rows("SELECT * FROM attempts WHERE rollout_id IN ({marks}) ORDER BY number"):
+                grouped[row["rollout_id"]]["attempts"].append(self._attempt(row))
+            for row in rows("SELECT * FROM spans WHERE rollout_id IN ({marks}) ORDER BY start_time"):
+                grouped[row["rollout_id"]]["spans"].append(self._span(row))
+            for row in rows("SELECT * FROM llm_calls WHERE rollout_id IN ({marks}) ORDER BY attempt_id, seq"):
+                grouped[row["rollout_id"]]["llm_calls"].append(self._llm_call_trusted(row))
+            for row in rows("SELECT * FROM rewards WHERE rollout_id IN ({marks}) ORDER BY timestamp, id"):
+                grouped[row["rollout_id"]]["rewards"].append(self._reward(row))
+            for rid in chunk:
+                if rid in rollouts:
+                    rollout, parts = rollouts[rid], grouped[rid]
+                    out.append(
+                        RolloutDetail.model_construct(
+                            rollout=rollout,
+                            task=tasks[rollout.task_id],
+                            attempts=parts["attempts"],
+                            spans=parts["spans"],
+                            llm_calls=parts["llm_calls"],
+                            rewards=parts["rewards"],
+                        )
+                    )
+        return out
 
     def iter_final_llm_calls(self, *, step: int | None = None) -> Iterator[tuple[Rollout, LLMCall]]:
         """LLM calls of the final attempt of every succeeded rollout: the calls that may become transitions."""

@@ -1,0 +1,126 @@
+"""Building transitions with credit assignment from stored LLM calls. Target: ≥ 100,000 LLM calls/s.
+
+Synthetic rollouts shaped like the main job's: groups of 8 rollouts per task, 4 calls each (prompts of ~300
+token ids that grow turn by turn, responses of 40), an intermediate and a final reward. Measured twice:
+from records already in memory (transitions + credit only), and from the SQLite store (reading the records
+back included), for each credit strategy.
+"""
+
+from __future__ import annotations
+
+import random
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from _common import report
+
+from agl.credit import STRATEGIES, assign_credit
+from agl.schema import Attribution, EnqueueRequest, LLMCall, RewardIn, TaskIn
+from agl.store import Store
+from agl.transitions import build_episodes
+
+CALLS_PER_ROLLOUT = 4
+GROUP = 8
+
+
+def fill_store(store: Store, n_tasks: int, rng: random.Random) -> list[str]:
+    rollout_ids: list[str] = []
+    for k in range(n_tasks):
+        rollouts = store.enqueue(EnqueueRequest(task=TaskIn(input={"q": k}), n=GROUP)).result()
+        claims = store.claim("bench", GROUP, 3600).result()
+        for claim in claims:
+            prompt = [rng.randrange(50_000) for _ in range(300)]
+            futures = []
+            for seq in range(CALLS_PER_ROLLOUT):
+                response = [rng.randrange(50_000) for _ in range(40)]
+                futures.append(
+                    store.add_llm_call(
+                        LLMCall(
+                            id=f"llm-{claim.attempt.id}-{seq}",
+                            rollout_id=claim.rollout.id,
+                            attempt_id=claim.attempt.id,
+                            seq=seq,
+                            agent_name="solver",
+                            attribution=Attribution.scope,
+                            trace_id=None,
+                            parent_span_id=None,
+                            model_requested="m",
+                            model="m",
+                            model_version=1,
+                            request={"messages": [{"role": "user"}]},
+                            response_message={"role": "assistant", "content": "x"},
+                            prompt_ids=prompt,
+                            response_ids=response,
+                            logprobs=[-0.5] * len(response),
+                            finish_reason="stop",
+                            stream=False,
+                            status="ok",
+                            http_status=200,
+                            error=None,
+                            started_at=0.0,
+                            latency_s=0.01,
+                            usage={},
+                            trainable=True,
+                            not_trainable_reason=None,
+                        )
+                    )
+                )
+                prompt = prompt + response + [rng.randrange(50_000) for _ in range(20)]
+            futures.append(
+                store.add_rewards(
+                    [
+                        RewardIn(
+                            rollout_id=claim.rollout.id,
+                            attempt_id=claim.attempt.id,
+                            value=0.1,
+                            name="tool_ok",
+                            after_llm_seq=1,
+                        )
+                    ]
+                )
+            )
+            for f in futures:
+                f.result()
+            store.complete(
+                claim.attempt.id, "succeeded", reward=float(rng.random() < 0.5), after_llm_seq=CALLS_PER_ROLLOUT - 1
+            ).result()
+        rollout_ids += [r.id for r in rollouts]
+    return rollout_ids
+
+
+def main(n_tasks: int = 250, repeats: int = 3) -> dict[str, Any]:
+    rng = random.Random(0)
+    rows: dict[str, Any] = {"rollouts": n_tasks * GROUP, "LLM calls": n_tasks * GROUP * CALLS_PER_ROLLOUT}
+    with tempfile.TemporaryDirectory(prefix="agl-bench-credit-") as tmp, Store(Path(tmp)) as store:
+        ids = fill_store(store, n_tasks, rng)
+        n_calls = len(ids) * CALLS_PER_ROLLOUT
+        t0 = time.perf_counter()
+        details = store.rollout_details(ids)
+        read_s = time.perf_counter() - t0
+        rows["read rollouts from the store: LLM calls/s"] = n_calls / read_s
+        for strategy in sorted(STRATEGIES):
+            best = float("inf")
+            for _ in range(repeats):
+                t0 = time.perf_counter()
+                episodes, stats = build_episodes(details, merge_prefixes=False)
+                assign_credit(episodes, strategy)
+                best = min(best, time.perf_counter() - t0)
+            assert stats.transitions == n_calls, stats.summary()
+            rows[f"{strategy}: transitions + credit, LLM calls/s"] = n_calls / best
+            rows[f"{strategy}: from the store (read included), LLM calls/s"] = n_calls / (best + read_s)
+        t0 = time.perf_counter()
+        episodes, stats = build_episodes(details, merge_prefixes=True)
+        assign_credit(episodes, "grpo")
+        rows["grpo with prefix merging: LLM calls/s"] = n_calls / (time.perf_counter() - t0)
+        rows["transitions after merging"] = stats.transitions
+    in_memory = min(v for k, v in rows.items() if k.endswith("transitions + credit, LLM calls/s"))
+    rows["target: LLM calls/s ≥"] = 100_000
+    rows["meets target"] = in_memory >= 100_000
+    report("credit_assignment", rows)
+    return rows
+
+
+if __name__ == "__main__":
+    main()
