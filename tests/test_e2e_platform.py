@@ -140,3 +140,21 @@ def test_failing_agent_is_retried_then_failed_with_its_error(
     (done,) = wait_all(client, [rollout.id])
     assert done.status.value == "failed"
     assert "RuntimeError: boom on q7" in (done.error or "") and "attempt 2 of 2" in (done.error or "")
+
+
+def test_bulk_details_and_the_rollout_mode_reaches_the_backend(server: ServerProcess, client: Client) -> None:
+    import httpx
+
+    train = client.enqueue("t1")[0]
+    ev = client.enqueue("t2", mode="eval")[0]
+    claims = httpx.post(f"{server.url}/api/v1/claims", json={"worker_id": "w", "max_rollouts": 2}).json()
+    modes = {}
+    for claim in claims:
+        base = f"{server.url}/rollout/{claim['rollout']['id']}/attempt/{claim['attempt']['id']}/v1"
+        answer = httpx.post(f"{base}/chat/completions", json={"messages": [{"role": "user", "content": "hi"}]}).json()
+        modes[claim["rollout"]["id"]] = answer["system_fingerprint"]
+    assert modes == {train.id: "scripted;mode=train", ev.id: "scripted;mode=eval"}
+    details = client.rollout_details([ev.id, train.id, "ro-unknown"])
+    assert [d.rollout.id for d in details] == [ev.id, train.id]
+    assert [len(d.llm_calls) for d in details] == [1, 1]
+    assert details[0].model_dump() == client.rollout_detail(ev.id).model_dump()

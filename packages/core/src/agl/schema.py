@@ -268,6 +268,10 @@ class RolloutDetail(_Model):
     rewards: list[Reward]
 
 
+class DetailsRequest(_Model):
+    ids: list[str] = Field(max_length=10_000)
+
+
 class Page(_Model):
     items: list[Any]
     total: int

@@ -6,6 +6,7 @@ the request has `return_token_ids`, and per-token log-probs when it has `logprob
 they are generated, except when tools or stop strings are in play: then the answer is parsed (or cut) first and
 sent in one go, so a stream never shows a tool call as text or the start of a stop string.
 
+Calls of evaluation rollouts (agl's proxy says so in `x-agl-rollout-mode: eval`) are decoded greedily.
 The requested model name picks a LoRA adapter when one of that name is loaded; any other name is served by the
 engine's current policy. A prompt longer than the model's context is refused with 400, as vLLM does.
 """
@@ -28,6 +29,7 @@ from agl_trainer.chat_format import parse_answer, render_prompt
 from agl_trainer.engine import Engine, GenerationRequest, GenerationResult
 
 DEFAULT_MAX_TOKENS = 512
+MODE_HEADER = "x-agl-rollout-mode"  # set by agl's proxy: "train" or "eval"
 
 
 class BadRequest(ValueError):
@@ -122,6 +124,8 @@ class ChatService:
             gen, opts = self._request(body)
         except BadRequest as exc:
             return _error(400, str(exc))
+        if request.headers.get(MODE_HEADER) == "eval":
+            gen.temperature = 0.0  # evaluation measures the policy's best answer, not a sample of it
         if opts["stream"]:
             return StreamingResponse(self._stream(gen, opts), media_type="text/event-stream")
         try:

@@ -25,6 +25,7 @@ from agl.schema import (
     Claim,
     ClaimRequest,
     CompleteRequest,
+    DetailsRequest,
     EnqueueRequest,
     HeartbeatRequest,
     ModelVersion,
@@ -247,6 +248,11 @@ class Server:
         @app.get(f"{API}/rollouts/{{rollout_id}}/detail", tags=["rollouts"])
         async def rollout_detail(rollout_id: str) -> RolloutDetail:
             return await run_in_threadpool(store.rollout_detail, rollout_id)
+
+        @app.post(f"{API}/rollouts/details", tags=["rollouts"])
+        async def rollout_details(req: DetailsRequest) -> list[RolloutDetail]:
+            """Everything stored about many rollouts at once (the trainer's read); unknown ids are skipped."""
+            return await run_in_threadpool(store.rollout_details, req.ids)
 
         @app.post(f"{API}/rollouts/{{rollout_id}}/cancel", tags=["rollouts"])
         async def cancel(rollout_id: str) -> Rollout:

@@ -28,6 +28,7 @@ from agl.tracing import attributes as attr
 log = logging.getLogger(__name__)
 
 TOKEN_ID_PARAM = "return_token_ids"
+MODE_HEADER = "x-agl-rollout-mode"
 UPSTREAM_ERRORS = (aiohttp.ClientError, asyncio.TimeoutError, OSError)
 
 
@@ -76,6 +77,7 @@ class _CallRecord:
         self.http_status = 200
         self.error: str | None = None
         self.asked_token_ids = False
+        self.mode = "train"
 
     def take_choice(self, body: dict[str, Any]) -> None:
         """Read a complete (non-streaming) response."""
@@ -226,8 +228,9 @@ class LLMProxy:
             rec.asked_token_ids = True
         return payload
 
-    def _headers(self) -> dict[str, str]:
-        headers = {"content-type": "application/json", "accept-encoding": "identity"}
+    def _headers(self, rec: _CallRecord) -> dict[str, str]:
+        # The rollout's mode travels to the backend: agl's embedded engine decodes eval rollouts greedily.
+        headers = {"content-type": "application/json", "accept-encoding": "identity", MODE_HEADER: rec.mode}
         if self.upstream.api_key:
             headers["authorization"] = f"Bearer {self.upstream.api_key}"
         return headers
@@ -251,8 +254,8 @@ class LLMProxy:
             return openai_error(
                 400, "request body must be a JSON object with a 'messages' list", "invalid_request_error"
             )
-        owner = self.store.attempt_rollout_id(attempt_id)
-        if owner is None or owner != rollout_id:
+        owner = self.store.attempt_rollout(attempt_id)
+        if owner is None or owner[0] != rollout_id:
             return openai_error(
                 404,
                 f"attempt {attempt_id!r} of rollout {rollout_id!r} does not exist",
@@ -267,6 +270,7 @@ class LLMProxy:
                 "no_upstream",
             )
         rec = _CallRecord(body, rollout_id, attempt_id, self.store.next_llm_seq(attempt_id), request.headers)
+        rec.mode = owner[1]
         seq_header = {attr.HEADER_LLM_SEQ: str(rec.seq)}
         if body.get("stream"):
             return await self._stream(rec, seq_header)
@@ -277,7 +281,7 @@ class LLMProxy:
         url = f"{self.upstream.base_url.rstrip('/')}/chat/completions"  # type: ignore[union-attr]
         for _ in range(2):
             payload = self._upstream_payload(rec.request, rec)
-            resp = await self._client().post(url, data=orjson.dumps(payload), headers=self._headers())
+            resp = await self._client().post(url, data=orjson.dumps(payload), headers=self._headers(rec))
             if resp.status == 400 and rec.asked_token_ids:
                 content = await resp.read()
                 if self._rejected_token_ids(resp.status, content):

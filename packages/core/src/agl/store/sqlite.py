@@ -147,7 +147,7 @@ class Store:
         self._local = threading.local()
         self._seq_lock = threading.Lock()
         self._next_seq: dict[str, itertools.count[int]] = {}
-        self._attempt_rollout: dict[str, str] = {}
+        self._attempt_rollout: dict[str, tuple[str, str]] = {}  # attempt id → (rollout id, mode)
         self._write_conn = self._connect()
         self._write_conn.executescript(_SCHEMA)
         self._check_schema_version()
@@ -426,7 +426,7 @@ class Store:
                 )
                 rollout = self._rollout(conn.execute("SELECT * FROM rollouts WHERE id=?", (row["id"],)).fetchone())
                 task = self._task(conn.execute("SELECT * FROM tasks WHERE id=?", (row["task_id"],)).fetchone())
-                self._attempt_rollout[attempt.id] = rollout.id
+                self._attempt_rollout[attempt.id] = (rollout.id, rollout.mode)
                 claims.append(Claim(rollout=rollout, attempt=attempt, task=task))
             return claims
 
@@ -654,16 +654,29 @@ class Store:
                 self._next_seq[attempt_id] = counter
             return next(counter)
 
-    def attempt_rollout_id(self, attempt_id: str) -> str | None:
-        """The rollout an attempt belongs to (cached: the proxy asks on every call)."""
+    def attempt_rollout(self, attempt_id: str) -> tuple[str, str] | None:
+        """(rollout id, mode) of an attempt (cached: the proxy asks on every call)."""
         cached = self._attempt_rollout.get(attempt_id)
         if cached is not None:
             return cached
-        row = self._reader().execute("SELECT rollout_id FROM attempts WHERE id=?", (attempt_id,)).fetchone()
+        row = (
+            self._reader()
+            .execute(
+                "SELECT a.rollout_id, r.mode FROM attempts a JOIN rollouts r ON r.id = a.rollout_id WHERE a.id=?",
+                (attempt_id,),
+            )
+            .fetchone()
+        )
         if row is None:
             return None
-        self._attempt_rollout[attempt_id] = row["rollout_id"]
-        return str(row["rollout_id"])
+        found = (str(row["rollout_id"]), str(row["mode"]))
+        self._attempt_rollout[attempt_id] = found
+        return found
+
+    def attempt_rollout_id(self, attempt_id: str) -> str | None:
+        """The rollout an attempt belongs to."""
+        found = self.attempt_rollout(attempt_id)
+        return None if found is None else found[0]
 
     def add_llm_call(self, call: LLMCall) -> Future[None]:
         values = (

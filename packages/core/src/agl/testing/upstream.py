@@ -223,11 +223,12 @@ class ScriptedUpstream:
             body = {"object": "list", "data": [{"id": self.model, "object": "model", "created": 0, "owned_by": "agl"}]}
             await _respond(send, 200, orjson.dumps(body))
         elif path.endswith("/v1/chat/completions") and method == "POST":
-            await self._chat(receive, send)
+            mode = next((v.decode() for k, v in scope["headers"] if k == b"x-agl-rollout-mode"), None)
+            await self._chat(receive, send, mode)
         else:
             await _respond(send, 404, _error_body(404, f"no route {method} {scope['path']}", "invalid_request_error"))
 
-    async def _chat(self, receive: Receive, send: Send) -> None:
+    async def _chat(self, receive: Receive, send: Send, mode: str | None = None) -> None:
         self.requests += 1
         raw = bytearray()
         while True:
@@ -263,6 +264,8 @@ class ScriptedUpstream:
             "model": model,
             "choices": [choice],
             "usage": reply.usage(),
+            # which rollout mode agl's proxy said this call belongs to, so tests can see it arrive
+            "system_fingerprint": f"scripted;mode={mode or 'none'}",
         }
         if want_ids:
             choice["token_ids"] = reply.response_ids
