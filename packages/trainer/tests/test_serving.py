@@ -130,8 +130,9 @@ def test_eval_rollouts_are_decoded_greedily(front: EngineServer) -> None:
     body = {"messages": MESSAGES, "max_tokens": 8, "return_token_ids": True, "temperature": 1.0}
     greedy = post(front, {**body, "temperature": 0}).json()["choices"][0]["token_ids"]
     answers = [
-        httpx.post(f"{front.url}/chat/completions", json={**body, "seed": seed},
-                   headers={"x-agl-rollout-mode": "eval"}).json()["choices"][0]["token_ids"]
+        httpx.post(
+            f"{front.url}/chat/completions", json={**body, "seed": seed}, headers={"x-agl-rollout-mode": "eval"}
+        ).json()["choices"][0]["token_ids"]
         for seed in range(3)
     ]
     assert answers == [greedy] * 3

@@ -53,3 +53,138 @@ def engine(model: str, host: str, port: int, device: str, max_batch: int, served
         uvicorn.Server(config).run(sockets=[sock])
     finally:
         eng.close()
+
+
+EXAMPLES = {"calculator": "agl_trainer.examples.calculator"}
+
+
+def _read_tasks(path: str, what: str) -> list[object]:
+    import json
+    from pathlib import Path
+
+    file = Path(path)
+    if not file.exists():
+        raise click.ClickException(f"{what} file {file} does not exist")
+    tasks: list[object] = []
+    for lineno, line in enumerate(file.read_text().splitlines(), 1):
+        if line.strip():
+            try:
+                tasks.append(json.loads(line))
+            except json.JSONDecodeError as exc:
+                raise click.ClickException(f"{file}:{lineno}: not valid JSON ({exc})") from exc
+    if not tasks:
+        raise click.ClickException(f"{what} file {file} holds no tasks")
+    return tasks
+
+
+def _read_config(path: str | None) -> dict[str, object]:
+    if path is None:
+        return {}
+    import json
+    import tomllib
+    from pathlib import Path
+
+    file = Path(path)
+    if not file.exists():
+        raise click.ClickException(f"config file {file} does not exist")
+    try:
+        data = tomllib.loads(file.read_text()) if file.suffix == ".toml" else json.loads(file.read_text())
+    except (ValueError, tomllib.TOMLDecodeError) as exc:
+        raise click.ClickException(f"config file {file} is not valid: {exc}") from exc
+    if not isinstance(data, dict):
+        raise click.ClickException(f"config file {file} must hold a table/object of options")
+    return {str(k).replace("-", "_"): v for k, v in data.items()}
+
+
+@click.command()
+@click.argument("agent", required=False)
+@click.option("--example", type=click.Choice(sorted(EXAMPLES)), help="Train a built-in example (agent and tasks).")
+@click.option("--tasks", "tasks_file", help="Training tasks: JSONL, one task input per line.")
+@click.option("--eval-tasks", "eval_file", help="Held-out tasks: JSONL, one task input per line.")
+@click.option("--config", "config_file", help="TOML or JSON file with any of these options (the flags win).")
+@click.option("--model", default=None, help="Local Hugging Face model folder, or 'bundled' (default).")
+@click.option("--run-dir", default=None, help="Where the store, checkpoints, metrics and plot go.")
+@click.option("--steps", type=int, default=None, help="Policy updates.  [default: 20]")
+@click.option("--tasks-per-step", type=int, default=None, help="Tasks per step.  [default: 8]")
+@click.option("--group-size", type=int, default=None, help="Rollouts per task (the GRPO group).  [default: 4]")
+@click.option("--eval-every", type=int, default=None, help="Evaluate every k steps.  [default: 5]")
+@click.option(
+    "--strategy",
+    type=click.Choice(["broadcast", "discounted", "grpo", "step"]),
+    default=None,
+    help="Credit assignment.  [default: grpo]",
+)
+@click.option(
+    "--agents",
+    "train_agents",
+    default=None,
+    help="Agents whose calls are trained, e.g. writer,rewriter (else AGL_TRAIN_AGENTS, else all).",
+)
+@click.option("--lr", type=float, default=None, help="Learning rate.  [default: 2e-4]")
+@click.option("--full-finetune", is_flag=True, default=None, help="Train all weights instead of a LoRA adapter.")
+@click.option("--kl", "kl_coef", type=float, default=None, help="KL penalty to the base model (LoRA only).")
+@click.option("--workers", type=int, default=None, help="Worker processes.  [default: 2]")
+@click.option("--concurrency", type=int, default=None, help="Rollouts at once per worker.  [default: 8]")
+@click.option("--device", default=None, help="cpu, cuda, ... or auto.")
+@click.option(
+    "--temperature",
+    type=float,
+    default=None,
+    help="Sampling temperature of training rollouts (when the agent sets none).  [default: 1.0]",
+)
+@click.option("--seed", type=int, default=None)
+@click.option("--resume", is_flag=True, default=None, help="Continue from the run directory's latest checkpoint.")
+def train(
+    agent: str | None,
+    example: str | None,
+    tasks_file: str | None,
+    eval_file: str | None,
+    config_file: str | None,
+    **flags: object,
+) -> None:
+    """Train the LLM inside AGENT (`module:function` or `path/file.py:function`, decorated with @agl.rollout)
+    with LightningRL: rollouts through the proxy, credit assignment, policy updates, held-out evaluation.
+    Writes metrics.jsonl, learning_curve.png and checkpoints to the run directory."""
+    import importlib
+    import time
+    from dataclasses import fields
+    from pathlib import Path
+
+    from agl_trainer.loop import TrainConfig, TrainingRun
+    from agl_trainer.policy import PolicyConfig
+
+    options = _read_config(config_file)
+    options.update({k: v for k, v in flags.items() if v is not None})
+    if example:
+        module = importlib.import_module(EXAMPLES[example])
+        agent = agent or f"{module.__name__}:solve"
+        options.setdefault("train_tasks", module.train_tasks())
+        options.setdefault("eval_tasks", module.eval_tasks())
+    agent = agent or options.pop("agent", None)  # type: ignore[assignment]
+    if not agent:
+        raise click.ClickException("name the AGENT to train (module:function), or use --example calculator")
+    if tasks_file:
+        options["train_tasks"] = _read_tasks(tasks_file, "training tasks")
+    if eval_file:
+        options["eval_tasks"] = _read_tasks(eval_file, "evaluation tasks")
+    for key, what in (("train_tasks", "--tasks"), ("eval_tasks", "--eval-tasks")):
+        if key not in options:
+            raise click.ClickException(f"no {key.replace('_', ' ')}: give {what} FILE (or --example)")
+        if isinstance(options[key], str):
+            options[key] = _read_tasks(str(options[key]), key.replace("_", " "))
+    policy_keys = {f.name for f in fields(PolicyConfig)}
+    policy = {k: options.pop(k) for k in list(options) if k in policy_keys}
+    if options.pop("full_finetune", False):
+        policy["lora"] = False
+    name = example or Path(agent.split(":")[0]).stem
+    options.setdefault("run_dir", Path("runs") / f"train-{name}-{time.strftime('%Y%m%d-%H%M%S')}")
+    options["run_dir"] = Path(str(options["run_dir"]))
+    known = {f.name for f in fields(TrainConfig)}
+    unknown = sorted(set(options) - known)
+    if unknown:
+        raise click.ClickException(f"unknown option(s) in the config: {', '.join(unknown)}")
+    try:
+        config = TrainConfig(agent=agent, policy=PolicyConfig(**policy), **options)  # type: ignore[arg-type]
+        TrainingRun(config).run()
+    except (ValueError, FileNotFoundError) as exc:
+        raise click.ClickException(str(exc)) from exc

@@ -5,6 +5,11 @@ Requests arrive from any thread or event loop; a single generation thread takes 
 step for every sequence still running, with a KV cache. Sequences in one batch may differ in length, sampling
 parameters and stop strings; requests for different LoRA adapters go in different batches.
 
+Prefix caching: agents send the same long beginning (system prompt, tool descriptions, examples) with every
+call, and on a CPU the prompt's forward pass costs more than the decoding. The key/value cache of the longest
+prefix shared by a batch is computed once, kept (a few entries, least recently used first out) and reused by
+later batches that share any part of it; it is dropped whenever the weights change (`weights_changed`).
+
 What a result holds, exactly: `token_ids` are the ids the model generated, up to and including the token that
 ended the sequence (EOS, or the one that completed a stop string); `logprobs` are the model's own log-probs of
 those ids (temperature 1, before sampling transforms, as vLLM reports them); `text` is the decoded answer
@@ -13,10 +18,12 @@ without EOS and cut before a stop string.
 
 from __future__ import annotations
 
+import copy
 import logging
 import queue
 import threading
 import time
+from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future
 from dataclasses import dataclass, field
@@ -59,6 +66,53 @@ class _Job:
     stop_at_text: int | None = None  # where a stop string began in the decoded text
 
 
+MIN_SHARED_PREFIX = 16  # shorter shared beginnings are not worth a cache entry
+
+
+def _common_prefix_len(a: Sequence[int], b: Sequence[int]) -> int:
+    n = min(len(a), len(b))
+    i = 0
+    while i < n and a[i] == b[i]:
+        i += 1
+    return i
+
+
+class _PrefixCache:
+    """Key/value caches of token prefixes (batch size 1), per adapter, least recently used first out."""
+
+    def __init__(self, size: int = 8) -> None:
+        self.size = size
+        self.entries: OrderedDict[tuple[str | None, tuple[int, ...]], Any] = OrderedDict()
+        self.hits = 0
+        self.reused_tokens = 0
+
+    def best(self, adapter: str | None, tokens: Sequence[int]) -> tuple[Any, int]:
+        """A copy of the cached entry sharing the longest beginning with `tokens`, cut to that length."""
+        best_key, best_len = None, 0
+        for key in self.entries:
+            if key[0] == adapter:
+                m = _common_prefix_len(key[1], tokens)
+                if m > best_len:
+                    best_key, best_len = key, m
+        if best_key is None:
+            return None, 0
+        self.entries.move_to_end(best_key)
+        past = copy.deepcopy(self.entries[best_key])
+        if best_len < len(best_key[1]):
+            past.crop(best_len - len(best_key[1]))  # a negative count: drop that many tokens from the end
+        self.hits += 1
+        self.reused_tokens += best_len
+        return past, best_len
+
+    def put(self, adapter: str | None, tokens: Sequence[int], past: Any) -> None:
+        self.entries[(adapter, tuple(tokens))] = copy.deepcopy(past)
+        while len(self.entries) > self.size:
+            self.entries.popitem(last=False)
+
+    def clear(self) -> None:
+        self.entries.clear()
+
+
 class Engine:
     """Batched generation with one model; `generate` may be called from any thread."""
 
@@ -83,6 +137,7 @@ class Engine:
         self._queue: queue.Queue[_Job | None] = queue.Queue()
         self._thread: threading.Thread | None = None
         self.default_adapter: str | None = None  # used for requests that name none, when the model has adapters
+        self.prefix_cache = _PrefixCache()
         self.batches = 0
         self.generated_tokens = 0
 
@@ -111,6 +166,11 @@ class Engine:
             self._queue.put(None)
             self._thread.join(30)
             self._thread = None
+
+    def weights_changed(self) -> None:
+        """Call after changing the model's weights: cached keys/values were computed with the old ones."""
+        with self.lock:
+            self.prefix_cache.clear()
 
     def submit(self, request: GenerationRequest) -> Future[GenerationResult]:
         if not request.prompt_ids:
@@ -177,22 +237,58 @@ class Engine:
         self.model.set_adapter(adapter)
         return self.model
 
+    def _prefix_kv(self, model: Any, adapter: str | None, prefix: list[int]) -> Any:
+        """A batch-1 key/value cache covering exactly `prefix`, from the prefix cache where possible."""
+        from transformers import DynamicCache
+
+        past, done = self.prefix_cache.best(adapter, prefix)
+        if past is None:
+            past = DynamicCache()
+        if done < len(prefix):
+            ids = torch.tensor([prefix[done:]], dtype=torch.long, device=self.device)
+            positions = torch.arange(done, len(prefix), device=self.device).unsqueeze(0)
+            model(input_ids=ids, position_ids=positions, past_key_values=past, use_cache=True, logits_to_keep=1)
+        self.prefix_cache.put(adapter, prefix, past)
+        return past
+
     @torch.no_grad()
     def _generate(self, jobs: list[_Job]) -> None:
+        adapter = jobs[0].request.adapter or self.default_adapter
         model = self._set_adapter(jobs[0].request.adapter)
         n = len(jobs)
-        width = max(len(j.request.prompt_ids) for j in jobs)
+        prompts = [j.request.prompt_ids for j in jobs]
+        # the beginning every prompt shares, leaving each at least one token of its own
+        shared = min(len(p) for p in prompts) - 1
+        for p in prompts[1:]:
+            shared = min(shared, _common_prefix_len(prompts[0], p))
+        past = None
+        if shared >= MIN_SHARED_PREFIX:
+            past = self._prefix_kv(model, adapter, prompts[0][:shared])
+            if n > 1:
+                past.batch_repeat_interleave(n)
+        else:
+            shared = 0
+        # the rest of each prompt, left-padded, after the shared part: [shared][pad…][own tokens]
+        width = max(len(p) for p in prompts) - shared
         input_ids = torch.full((n, width), self.pad_id, dtype=torch.long)
-        attention = torch.zeros((n, width), dtype=torch.long)
-        for i, j in enumerate(jobs):
-            ids = j.request.prompt_ids
-            input_ids[i, width - len(ids) :] = torch.tensor(ids, dtype=torch.long)
-            attention[i, width - len(ids) :] = 1
-        input_ids, attention = input_ids.to(self.device), attention.to(self.device)
-        positions = (attention.cumsum(-1) - 1).clamp(min=0)
+        own = torch.zeros((n, width), dtype=torch.long)
+        for i, p in enumerate(prompts):
+            rest = p[shared:]
+            input_ids[i, width - len(rest) :] = torch.tensor(rest, dtype=torch.long)
+            own[i, width - len(rest) :] = 1
+        input_ids, own = input_ids.to(self.device), own.to(self.device)
+        attention = torch.cat([torch.ones((n, shared), dtype=torch.long, device=self.device), own], dim=1)
+        positions = shared + (own.cumsum(-1) - 1).clamp(min=0)
         generators = [self._generator(j.request.seed) for j in jobs]
         max_steps = max(j.request.max_tokens for j in jobs)
-        out = model(input_ids=input_ids, attention_mask=attention, position_ids=positions, use_cache=True)
+        out = model(
+            input_ids=input_ids,
+            attention_mask=attention,
+            position_ids=positions,
+            past_key_values=past,
+            use_cache=True,
+            logits_to_keep=1,
+        )
         past = out.past_key_values
         logits = out.logits[:, -1, :]
         next_pos = positions[:, -1:] + 1

@@ -42,9 +42,10 @@ def _error(status: int, message: str, type_: str = "invalid_request_error") -> R
 
 
 class ChatService:
-    def __init__(self, engine: Engine, served_model: str = "agl-policy") -> None:
+    def __init__(self, engine: Engine, served_model: str = "agl-policy", default_temperature: float = 1.0) -> None:
         self.engine = engine
         self.served_model = served_model
+        self.default_temperature = default_temperature  # for requests that set none (training rollouts)
 
     # ----------------------------------------------------------------------------------- parsing
 
@@ -75,7 +76,7 @@ class ChatService:
         request = GenerationRequest(
             prompt_ids=prompt_ids,
             max_tokens=int(max_tokens),
-            temperature=1.0 if temperature is None else float(temperature),
+            temperature=self.default_temperature if temperature is None else float(temperature),
             top_p=1.0 if top_p is None else float(top_p),
             stop=stop,
             seed=body.get("seed"),
@@ -236,8 +237,8 @@ class ChatService:
         )
 
 
-def create_app(engine: Engine, served_model: str = "agl-policy") -> Starlette:
-    service = ChatService(engine, served_model)
+def create_app(engine: Engine, served_model: str = "agl-policy", default_temperature: float = 1.0) -> Starlette:
+    service = ChatService(engine, served_model, default_temperature)
     return Starlette(
         routes=[
             Route("/v1/chat/completions", service.chat, methods=["POST"]),
@@ -252,7 +253,13 @@ class EngineServer:
     that generates is the one being trained, so nothing is copied between them); `url` ends in `/v1`."""
 
     def __init__(
-        self, engine: Engine, *, served_model: str = "agl-policy", host: str = "127.0.0.1", port: int = 0
+        self,
+        engine: Engine,
+        *,
+        served_model: str = "agl-policy",
+        host: str = "127.0.0.1",
+        port: int = 0,
+        default_temperature: float = 1.0,
     ) -> None:
         import socket
         import threading
@@ -265,7 +272,9 @@ class EngineServer:
         self._sock.listen(1024)
         bound_host, bound_port = self._sock.getsockname()[:2]
         self.url = f"http://{bound_host}:{bound_port}/v1"
-        config = uvicorn.Config(create_app(engine, served_model), log_level="warning", access_log=False, lifespan="off")
+        config = uvicorn.Config(
+            create_app(engine, served_model, default_temperature), log_level="warning", access_log=False, lifespan="off"
+        )
         self._server = uvicorn.Server(config)
         self._thread = threading.Thread(
             target=self._server.run, kwargs={"sockets": [self._sock]}, name="agl-engine-http", daemon=True

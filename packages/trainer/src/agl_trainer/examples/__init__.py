@@ -1,0 +1,1 @@
+"""Built-in examples for `agl train --example NAME`."""
