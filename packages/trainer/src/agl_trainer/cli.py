@@ -81,8 +81,9 @@ def _read_config(path: str | None) -> dict[str, object]:
     if path is None:
         return {}
     import json
-    import tomllib
     from pathlib import Path
+
+    import tomllib
 
     file = Path(path)
     if not file.exists():
@@ -132,6 +133,12 @@ def _read_config(path: str | None) -> dict[str, object]:
     default=None,
     help="Sampling temperature of training rollouts (when the agent sets none).  [default: 1.0]",
 )
+@click.option(
+    "--eval-temperature",
+    type=float,
+    default=None,
+    help="Decoding of evaluation rollouts (0: greedy).  [default: the --temperature]",
+)
 @click.option("--seed", type=int, default=None)
 @click.option("--resume", is_flag=True, default=None, help="Continue from the run directory's latest checkpoint.")
 def train(
@@ -160,6 +167,8 @@ def train(
         agent = agent or f"{module.__name__}:solve"
         options.setdefault("train_tasks", module.train_tasks())
         options.setdefault("eval_tasks", module.eval_tasks())
+        for key, value in getattr(module, "RECOMMENDED", {}).items():
+            options.setdefault(key, value)
     agent = agent or options.pop("agent", None)  # type: ignore[assignment]
     if not agent:
         raise click.ClickException("name the AGENT to train (module:function), or use --example calculator")

@@ -69,7 +69,7 @@ class _Job:
 MIN_SHARED_PREFIX = 16  # shorter shared beginnings are not worth a cache entry
 
 
-def _common_prefix_len(a: Sequence[int], b: Sequence[int]) -> int:
+def common_prefix_len(a: Sequence[int], b: Sequence[int]) -> int:
     n = min(len(a), len(b))
     i = 0
     while i < n and a[i] == b[i]:
@@ -91,7 +91,7 @@ class _PrefixCache:
         best_key, best_len = None, 0
         for key in self.entries:
             if key[0] == adapter:
-                m = _common_prefix_len(key[1], tokens)
+                m = common_prefix_len(key[1], tokens)
                 if m > best_len:
                     best_key, best_len = key, m
         if best_key is None:
@@ -260,7 +260,7 @@ class Engine:
         # the beginning every prompt shares, leaving each at least one token of its own
         shared = min(len(p) for p in prompts) - 1
         for p in prompts[1:]:
-            shared = min(shared, _common_prefix_len(prompts[0], p))
+            shared = min(shared, common_prefix_len(prompts[0], p))
         past = None
         if shared >= MIN_SHARED_PREFIX:
             past = self._prefix_kv(model, adapter, prompts[0][:shared])

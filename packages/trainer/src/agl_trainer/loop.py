@@ -71,6 +71,7 @@ class TrainConfig:
     concurrency: int = 8
     max_batch: int = 16
     temperature: float = 1.0  # sampling temperature of training rollouts whose agent sets none
+    eval_temperature: float | None = None  # decoding of evaluation rollouts; None: `temperature` (0: greedy)
     seed: int = 0
     success_threshold: float = 1.0
     air: bool = True
@@ -140,7 +141,10 @@ class TrainingRun:
         self.policy = PolicyTrainer(model, cfg.policy, pad_id=tokenizer.pad_token_id)
         self.engine = Engine(model, tokenizer, max_batch=cfg.max_batch).start()
         stack.callback(self.engine.close)
-        front = EngineServer(self.engine, default_temperature=cfg.temperature).start()
+        eval_temperature = cfg.temperature if cfg.eval_temperature is None else cfg.eval_temperature
+        front = EngineServer(
+            self.engine, default_temperature=cfg.temperature, eval_temperature=eval_temperature
+        ).start()
         stack.callback(front.stop)
         self.server: ServerProcess = start_server(self.run_dir, upstream=front.url, extra_args=["--log-level=warning"])
         stack.callback(self.server.stop)
@@ -237,6 +241,7 @@ class TrainingRun:
             update = self.policy.update(transitions)
             self.engine.weights_changed()
         t_update = time.monotonic() - t_update
+        self._write_transitions(step, transitions)
         self.client.publish_model_version(ModelVersionIn(name=f"step-{step + 1}", metadata={"step": step + 1}))
         statuses = Counter(r.status.value for r in rollouts)
         finals = [r.final_reward for r in rollouts if r.final_reward is not None]
@@ -272,6 +277,30 @@ class TrainingRun:
         if dropped:
             self.console.print(f"          {build.summary()}", style="dim")
         return row
+
+    def _write_transitions(self, step: int, transitions: Sequence[Any]) -> None:
+        """What credit assignment gave each transition of the step, for inspection (and tests)."""
+        folder = self.run_dir / "transitions"
+        folder.mkdir(exist_ok=True)
+        with (folder / f"step-{step}.jsonl").open("w") as f:
+            for t in transitions:
+                f.write(
+                    json.dumps(
+                        {
+                            "rollout_id": t.rollout_id,
+                            "task_id": t.task_id,
+                            "seq": t.seq,
+                            "agent": t.agent_name,
+                            "reward": t.reward,
+                            "return": t.ret,
+                            "advantage": t.advantage,
+                            "weight": t.weight,
+                            "prompt_tokens": len(t.prompt_ids),
+                            "response_tokens": len(t.response_ids),
+                        }
+                    )
+                    + "\n"
+                )
 
     def _evaluate(self, step: int) -> float:
         cfg = self.config

@@ -10,7 +10,8 @@ the policy produced (`response_mask` = 1):
 
 k3 is the usual low-variance KL estimator exp(d) − d − 1 with d = log π_ref − log π_θ; the reference is the base
 model (the LoRA adapter switched off), so it costs no extra copy. Sequences are left-padded so every response
-ends in the last column, and the vocabulary projection runs only over the response columns.
+ends in the last column, and the vocabulary projection runs only over the response columns. The prompt
+beginning a micro-batch shares (an agent's system prompt, tools and examples) is computed once per pass.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from typing import Any
 import torch
 
 from agl.transitions import Transition
+from agl_trainer.engine import MIN_SHARED_PREFIX, common_prefix_len
 
 
 @dataclass
@@ -33,7 +35,7 @@ class PolicyConfig:
     clip_high: float = 0.28
     kl_coef: float = 0.0
     max_grad_norm: float = 1.0
-    micro_batch_tokens: int = 4096  # tokens per forward/backward pass; gradients accumulate over passes
+    micro_batch_tokens: int = 16384  # sequence tokens per forward/backward pass; gradients accumulate over passes
     lora: bool = True
     lora_rank: int = 16
     lora_alpha: int = 32
@@ -108,40 +110,59 @@ class PolicyTrainer:
             batches.append(current)
         return batches
 
-    def _tensors(self, batch: Sequence[Transition]) -> dict[str, torch.Tensor]:
-        """Left-padded ids so that every response ends in the last column."""
-        width = max(t.n_tokens for t in batch)
+    def _tensors(self, batch: Sequence[Transition]) -> dict[str, Any]:
+        """The batch as [shared prefix][left padding][own prompt rest + response], responses ending in the
+        last column. The prefix every sequence shares (the agent's system prompt, tools, examples) is run once
+        and its keys/values repeated for the batch; gradients still flow through it, so this is exact."""
+        seqs = [t.prompt_ids + t.response_ids for t in batch]
+        shared = min(len(t.prompt_ids) for t in batch) - 1
+        for seq in seqs[1:]:
+            shared = min(shared, common_prefix_len(seqs[0], seq))
+        if shared < MIN_SHARED_PREFIX:
+            shared = 0
+        width = max(len(seq) for seq in seqs) - shared
         resp = max(len(t.response_ids) for t in batch)
         n = len(batch)
         ids = torch.full((n, width), self.pad_id, dtype=torch.long)
-        attention = torch.zeros((n, width), dtype=torch.long)
+        own = torch.zeros((n, width), dtype=torch.long)
         mask = torch.zeros((n, resp), dtype=torch.float32)
         old = torch.zeros((n, resp), dtype=torch.float32)
         for i, t in enumerate(batch):
-            seq = t.prompt_ids + t.response_ids
-            ids[i, width - len(seq) :] = torch.tensor(seq, dtype=torch.long)
-            attention[i, width - len(seq) :] = 1
+            rest = seqs[i][shared:]
+            ids[i, width - len(rest) :] = torch.tensor(rest, dtype=torch.long)
+            own[i, width - len(rest) :] = 1
             r = len(t.response_ids)
             mask[i, resp - r :] = torch.tensor(t.response_mask, dtype=torch.float32)
             if t.logprobs is not None:
                 old[i, resp - r :] = torch.tensor(t.logprobs, dtype=torch.float32)
-        positions = (attention.cumsum(-1) - 1).clamp(min=0)
-        return {
-            k: v.to(self.device)
-            for k, v in {"ids": ids, "attention": attention, "positions": positions, "mask": mask, "old": old}.items()
-        }
+        attention = torch.cat([torch.ones((n, shared), dtype=torch.long), own], dim=1)
+        positions = shared + (own.cumsum(-1) - 1).clamp(min=0)
+        tensors = {"ids": ids, "attention": attention, "positions": positions, "mask": mask, "old": old}
+        out: dict[str, Any] = {k: v.to(self.device) for k, v in tensors.items()}
+        out["prefix"] = torch.tensor([seqs[0][:shared]], dtype=torch.long, device=self.device) if shared else None
+        return out
 
-    def _response_logprobs(self, model: Any, x: dict[str, torch.Tensor]) -> torch.Tensor:
+    def _response_logprobs(self, model: Any, x: dict[str, Any]) -> torch.Tensor:
         """log π(y_j) for the last `resp` columns: logits at column c predict the token at c + 1."""
         resp = x["mask"].shape[1]
+        past = None
+        if x["prefix"] is not None:
+            shared = x["prefix"].shape[1]
+            positions = torch.arange(shared, device=self.device).unsqueeze(0)
+            past = model(
+                input_ids=x["prefix"], position_ids=positions, use_cache=True, logits_to_keep=1
+            ).past_key_values
+            if x["ids"].shape[0] > 1:
+                past.batch_repeat_interleave(x["ids"].shape[0])
         out = model(
             input_ids=x["ids"],
             attention_mask=x["attention"],
             position_ids=x["positions"],
+            past_key_values=past,
+            use_cache=past is not None,
             logits_to_keep=resp + 1,
-            use_cache=False,
         )
-        logits = out.logits[:, :-1, :].float()  # columns width-resp-1 … width-2 predict the response tokens
+        logits = out.logits[:, :-1, :].float()  # the columns before each response token predict it
         targets = x["ids"][:, -resp:]
         return torch.log_softmax(logits, dim=-1).gather(-1, targets.unsqueeze(-1)).squeeze(-1)
 

@@ -6,7 +6,8 @@ the request has `return_token_ids`, and per-token log-probs when it has `logprob
 they are generated, except when tools or stop strings are in play: then the answer is parsed (or cut) first and
 sent in one go, so a stream never shows a tool call as text or the start of a stop string.
 
-Calls of evaluation rollouts (agl's proxy says so in `x-agl-rollout-mode: eval`) are decoded greedily.
+Calls of evaluation rollouts (agl's proxy says so in `x-agl-rollout-mode: eval`) are all decoded at one
+`eval_temperature` (0, greedy, unless the trainer says otherwise), whatever the agent asked for.
 The requested model name picks a LoRA adapter when one of that name is loaded; any other name is served by the
 engine's current policy. A prompt longer than the model's context is refused with 400, as vLLM does.
 """
@@ -42,10 +43,17 @@ def _error(status: int, message: str, type_: str = "invalid_request_error") -> R
 
 
 class ChatService:
-    def __init__(self, engine: Engine, served_model: str = "agl-policy", default_temperature: float = 1.0) -> None:
+    def __init__(
+        self,
+        engine: Engine,
+        served_model: str = "agl-policy",
+        default_temperature: float = 1.0,
+        eval_temperature: float = 0.0,
+    ) -> None:
         self.engine = engine
         self.served_model = served_model
         self.default_temperature = default_temperature  # for requests that set none (training rollouts)
+        self.eval_temperature = eval_temperature  # for every call of an evaluation rollout
 
     # ----------------------------------------------------------------------------------- parsing
 
@@ -126,7 +134,7 @@ class ChatService:
         except BadRequest as exc:
             return _error(400, str(exc))
         if request.headers.get(MODE_HEADER) == "eval":
-            gen.temperature = 0.0  # evaluation measures the policy's best answer, not a sample of it
+            gen.temperature = self.eval_temperature  # every evaluation is decoded the same way
         if opts["stream"]:
             return StreamingResponse(self._stream(gen, opts), media_type="text/event-stream")
         try:
@@ -237,8 +245,10 @@ class ChatService:
         )
 
 
-def create_app(engine: Engine, served_model: str = "agl-policy", default_temperature: float = 1.0) -> Starlette:
-    service = ChatService(engine, served_model, default_temperature)
+def create_app(
+    engine: Engine, served_model: str = "agl-policy", default_temperature: float = 1.0, eval_temperature: float = 0.0
+) -> Starlette:
+    service = ChatService(engine, served_model, default_temperature, eval_temperature)
     return Starlette(
         routes=[
             Route("/v1/chat/completions", service.chat, methods=["POST"]),
@@ -260,6 +270,7 @@ class EngineServer:
         host: str = "127.0.0.1",
         port: int = 0,
         default_temperature: float = 1.0,
+        eval_temperature: float = 0.0,
     ) -> None:
         import socket
         import threading
@@ -273,7 +284,10 @@ class EngineServer:
         bound_host, bound_port = self._sock.getsockname()[:2]
         self.url = f"http://{bound_host}:{bound_port}/v1"
         config = uvicorn.Config(
-            create_app(engine, served_model, default_temperature), log_level="warning", access_log=False, lifespan="off"
+            create_app(engine, served_model, default_temperature, eval_temperature),
+            log_level="warning",
+            access_log=False,
+            lifespan="off",
         )
         self._server = uvicorn.Server(config)
         self._thread = threading.Thread(

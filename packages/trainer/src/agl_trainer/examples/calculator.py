@@ -34,25 +34,35 @@ SYSTEM = (
     "computation, then give the final answer as 'The answer is <number>.'"
 )
 MAX_TURNS = 3
-# One worked exchange shown to the model before the question. Without it the 135 M model never calls the
-# tool (0 % held-out accuracy: nothing for RL to reinforce); with it, it sometimes does.
-SHOWN_EXAMPLE: list[dict[str, Any]] = [
-    {"role": "user", "content": "What is 12 * 34?"},
-    {
-        "role": "assistant",
-        "content": None,
-        "tool_calls": [
+# Worked exchanges shown to the model before the question (few-shot). Without any, the 135 M model never calls
+# the tool (0 % held-out accuracy: nothing for RL to reinforce).
+WORKED = [("What is 12 * 34?", "12 * 34", "408"), ("What is 71 + 19?", "71 + 19", "90")]
+SHOTS = 2
+
+
+def shown_examples(shots: int) -> list[dict[str, Any]]:
+    messages: list[dict[str, Any]] = []
+    for i, (question, expression, result) in enumerate(WORKED[:shots]):
+        call_id = f"call_example_{i}"
+        messages += [
+            {"role": "user", "content": question},
             {
-                "id": "call_example",
-                "type": "function",
-                "function": {"name": "calculator", "arguments": json.dumps({"expression": "12 * 34"})},
-            }
-        ],
-    },
-    {"role": "tool", "tool_call_id": "call_example", "content": "408"},
-    {"role": "assistant", "content": "The answer is 408."},
-]
-SHOTS = 1
+                "role": "assistant",
+                "content": None,
+                "tool_calls": [
+                    {
+                        "id": call_id,
+                        "type": "function",
+                        "function": {"name": "calculator", "arguments": json.dumps({"expression": expression})},
+                    }
+                ],
+            },
+            {"role": "tool", "tool_call_id": call_id, "content": result},
+            {"role": "assistant", "content": f"The answer is {result}."},
+        ]
+    return messages
+
+
 _OPS: dict[type, Any] = {
     ast.Add: operator.add,
     ast.Sub: operator.sub,
@@ -98,15 +108,31 @@ def final_number(text: str) -> float | None:
         return None
 
 
+PHRASINGS = [
+    "What is {a} {op} {b}?",
+    "Compute {a} {op} {b}.",
+    "Calculate {a} {word} {b}.",
+    "How much is {a} {word} {b}?",
+    "{a} {op} {b} = ?",
+    "Please tell me the value of {a} {op} {b}.",
+    "I need to know {a} {word} {b}.",
+    "Quick question: {a} {word} {b}?",
+]
+WORDS = {"+": "plus", "-": "minus", "*": "times"}
+
+
 def make_tasks(n: int, *, seed: int) -> list[dict[str, Any]]:
-    """Two-operand questions with 2-3 digit numbers: easy to state, hard to compute in a 135 M head."""
+    """Arithmetic over 2-3 digit numbers, asked in different ways: the worked examples show one phrasing, and
+    the 135 M model reaches for the tool only on some of the others; it cannot compute the results itself."""
     rng = random.Random(seed)
     tasks = []
     for _ in range(n):
         op = rng.choice(["+", "-", "*", "*"])
-        a, b = rng.randint(12, 999), rng.randint(12, 99 if op == "*" else 999)
-        answer = calculate(f"{a} {op} {b}")
-        tasks.append({"question": f"What is {a} {op} {b}?", "answer": answer})
+        a, b = rng.randint(120, 999), rng.randint(12, 99 if op == "*" else 999)
+        phrasing = rng.choice(PHRASINGS)
+        tasks.append(
+            {"question": phrasing.format(a=a, b=b, op=op, word=WORDS[op]), "answer": calculate(f"{a} {op} {b}")}
+        )
     return tasks
 
 
@@ -116,25 +142,35 @@ def train_tasks() -> list[dict[str, Any]]:
 
 def eval_tasks() -> list[dict[str, Any]]:
     seen = {t["question"] for t in train_tasks()}
-    return [t for t in make_tasks(80, seed=2) if t["question"] not in seen][:64]
+    return [t for t in make_tasks(120, seed=2) if t["question"] not in seen][:96]
+
+
+# `agl train --example calculator` uses these unless told otherwise. Rollouts and evaluations are sampled at
+# temperature 0.7, the way such an agent runs; the model calls its tool reliably only when decoding greedily.
+RECOMMENDED: dict[str, Any] = {
+    "steps": 20, "tasks_per_step": 8, "group_size": 8, "eval_every": 5, "temperature": 0.7, "lr": 3e-4,
+}
 
 
 @agl.rollout
 def solve(task: dict[str, Any], llm: agl.LLM) -> float:
     client = llm.openai_client(max_retries=1)
-    shown = SHOWN_EXAMPLE if SHOTS else []
+    shown = shown_examples(SHOTS)
     messages: list[Any] = [{"role": "system", "content": SYSTEM}, *shown, {"role": "user", "content": task["question"]}]
     content = ""
+    tools: list[Any] = [CALCULATOR]
     for _ in range(MAX_TURNS):
         with agl.agent("solver"):
             reply = client.chat.completions.create(
-                model=llm.model, messages=messages, tools=[CALCULATOR], max_tokens=64
+                model=llm.model, messages=messages, tools=tools, max_tokens=64
             ).choices[0]
         content = reply.message.content or ""
         if not reply.message.tool_calls:
             break
         messages.append(reply.message.model_dump(exclude_none=True))
         for call in reply.message.tool_calls:
+            if call.type != "function":
+                continue
             with agl.tool("calculator", call_id=call.id, arguments=call.function.arguments) as span:
                 try:
                     result = format_number(calculate(str(json.loads(call.function.arguments)["expression"])))

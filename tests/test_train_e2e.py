@@ -1,0 +1,100 @@
+"""`agl train` end to end on a tiny random Llama: two steps through a real `agl serve`, the proxy, worker
+processes and the embedded engine; the weights change, the advantages are GRPO's formula on the recorded
+rewards, the curve is drawn, and a checkpoint resumes."""
+
+from __future__ import annotations
+
+import json
+import math
+from collections import defaultdict
+from pathlib import Path
+
+import pytest
+from safetensors.torch import load_file
+
+from agl.store import Store
+from agl_trainer.loop import TrainConfig, TrainingRun
+from agl_trainer.models import build_tiny_llama
+from agl_trainer.policy import PolicyConfig
+
+pytestmark = pytest.mark.slow
+AGENT = str(Path(__file__).resolve().parent / "train_agents.py") + ":parity_agent"
+
+
+def config(run_dir: Path, model: Path, steps: int, resume: bool = False) -> TrainConfig:
+    return TrainConfig(
+        agent=AGENT,
+        train_tasks=[f"task {i}" for i in range(6)],
+        eval_tasks=["e1", "e2", "e3"],
+        run_dir=run_dir,
+        model=str(model),
+        device="cpu",
+        steps=steps,
+        tasks_per_step=2,
+        group_size=4,
+        eval_every=2,
+        workers=1,
+        concurrency=4,
+        checkpoint_every=1,
+        policy=PolicyConfig(lr=1e-2),
+        resume=resume,
+        rollout_timeout_s=120,
+    )
+
+
+def test_two_steps_then_resume(tmp_path: Path) -> None:
+    model = build_tiny_llama(tmp_path / "tiny")
+    run_dir = tmp_path / "run"
+    summary = TrainingRun(config(run_dir, model, steps=2)).run()
+
+    rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    assert [(r["kind"], r["step"]) for r in rows] == [("eval", 0), ("train", 0), ("train", 1), ("eval", 2)]
+    assert summary.eval_before is not None and summary.eval_after is not None
+    assert all(r["rollouts"] == 8 and r["failed"] == 0 for r in rows if r["kind"] == "train")
+    assert (run_dir / "learning_curve.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+    # the adapter moved away from its zero start (LoRA's B matrices begin at 0)
+    adapter = load_file(str(run_dir / "checkpoints" / "step-2" / "adapter" / "adapter_model.safetensors"))
+    assert any(float(t.abs().max()) > 0 for name, t in adapter.items() if "lora_B" in name)
+
+    # advantages: GRPO over the rollouts of each task, from the rewards the store recorded
+    for step in (0, 1):
+        written = [
+            json.loads(line) for line in (run_dir / "transitions" / f"step-{step}.jsonl").read_text().splitlines()
+        ]
+        with Store(run_dir) as store:
+            rollouts, _ = store.list_rollouts(step=step, limit=1000)
+            details = store.rollout_details([r.id for r in rollouts if r.mode == "train"])
+        returns = {
+            d.rollout.id: sum(r.value for r in d.rewards if r.attempt_id == d.rollout.final_attempt_id) for d in details
+        }
+        by_task: dict[str, list[str]] = defaultdict(list)
+        for d in details:
+            by_task[d.rollout.task_id].append(d.rollout.id)
+        expected = {}
+        for ids in by_task.values():
+            values = [returns[i] for i in ids]
+            mean = sum(values) / len(values)
+            std = math.sqrt(sum((v - mean) ** 2 for v in values) / len(values))
+            for i in ids:
+                expected[i] = 0.0 if std == 0 else (returns[i] - mean) / (std + 1e-6)
+        assert len(written) == len(details) == 8
+        for row in written:
+            assert row["advantage"] == pytest.approx(expected[row["rollout_id"]], abs=1e-6)
+            assert row["return"] == pytest.approx(returns[row["rollout_id"]])
+            assert row["weight"] == 1.0 and row["agent"] == "speaker"
+
+    resumed = TrainingRun(config(run_dir, model, steps=3, resume=True)).run()
+    rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    assert [(r["kind"], r["step"]) for r in rows] == [
+        ("eval", 0),
+        ("train", 0),
+        ("train", 1),
+        ("eval", 2),
+        ("train", 2),
+        ("eval", 3),
+    ]
+    assert resumed.steps == 3 and (run_dir / "checkpoints" / "step-3").exists()
+    with Store(run_dir) as store:
+        versions = store.latest_model_version()
+    assert versions is not None and versions.name == "step-3"

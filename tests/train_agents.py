@@ -1,0 +1,20 @@
+"""Agents for the training end-to-end tests (loaded by worker processes as `tests/train_agents.py:NAME`)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import agl
+
+
+@agl.rollout
+def parity_agent(task: Any, llm: agl.LLM) -> float:
+    """One sampled answer; the reward depends on the sample (even length → 1), so a group of rollouts of the
+    same task disagrees and GRPO has something to push on. An intermediate reward comes first."""
+    client = llm.openai_client(max_retries=0)
+    with agl.agent("speaker"):
+        reply = client.chat.completions.create(
+            model=llm.model, messages=[{"role": "user", "content": str(task)}], max_tokens=6
+        )
+    agl.emit_reward(0.1, name="answered")
+    return float(len(reply.choices[0].message.content or "") % 2 == 0)
