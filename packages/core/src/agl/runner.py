@@ -231,6 +231,8 @@ class Runner:
                 try:
                     await client.heartbeat(attempt_id, self.options.lease_s)
                 except (Conflict, NotFound) as exc:
+                    if attempt_id not in self._active:
+                        continue  # it finished (and reported) while this round of heartbeats was under way
                     log.warning("attempt %s was taken away (%s): cancelling it", attempt_id, exc.message)
                     active.superseded = True
                     if active.task is not None:

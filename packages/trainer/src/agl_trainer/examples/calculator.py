@@ -148,7 +148,12 @@ def eval_tasks() -> list[dict[str, Any]]:
 # `agl train --example calculator` uses these unless told otherwise. Rollouts and evaluations are sampled at
 # temperature 0.7, the way such an agent runs; the model calls its tool reliably only when decoding greedily.
 RECOMMENDED: dict[str, Any] = {
-    "steps": 20, "tasks_per_step": 8, "group_size": 8, "eval_every": 5, "temperature": 0.7, "lr": 3e-4,
+    "steps": 8,
+    "tasks_per_step": 8,
+    "group_size": 4,
+    "eval_every": 4,
+    "temperature": 0.7,
+    "lr": 3e-4,
 }
 
 
@@ -162,7 +167,7 @@ def solve(task: dict[str, Any], llm: agl.LLM) -> float:
     for _ in range(MAX_TURNS):
         with agl.agent("solver"):
             reply = client.chat.completions.create(
-                model=llm.model, messages=messages, tools=tools, max_tokens=64
+                model=llm.model, messages=messages, tools=tools, max_tokens=48
             ).choices[0]
         content = reply.message.content or ""
         if not reply.message.tool_calls:
