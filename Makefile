@@ -7,7 +7,7 @@ DEPS   := requirements-dev.txt packages/core/pyproject.toml packages/trainer/pyp
 # torch first, pinned: a local CPU wheel here; left to pip, the trainer's `torch>=` pulls GBs of CUDA wheels.
 TORCH  ?= torch==2.13.0
 
-.PHONY: install demo test lint typecheck bench clean
+.PHONY: install demo quickstart test lint typecheck bench clean
 
 $(STAMP): $(DEPS)
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -20,7 +20,12 @@ $(STAMP): $(DEPS)
 
 install: $(STAMP)
 
+# The main job: train the calculator agent on CPU with the bundled model (~25 min on 2 cores).
 demo: $(STAMP)
+	$(BIN)/agl train --example calculator
+
+# A 10-second tour of the platform alone (scripted backend instead of a model).
+quickstart: $(STAMP)
 	$(BIN)/python examples/quickstart/run_demo.py
 
 test: $(STAMP)

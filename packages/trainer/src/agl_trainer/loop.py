@@ -271,7 +271,7 @@ class TrainingRun:
         self.console.print(
             f"step {step + 1:>3}/{cfg.steps}  reward {row['reward_mean']:.3f}  success {row['success_rate']:.2f}  "
             f"transitions {len(transitions)}  failed {row['failed']}  dropped {dropped}  "
-            f"loss {update.loss:+.4f}  clip {update.clip_fraction:.3f}  "
+            f"grad norm {update.grad_norm:.3f}  trained on {update.transitions - update.skipped_zero_advantage}  "
             f"rollouts {t_rollouts:.0f}s update {t_update:.0f}s"
         )
         if dropped:
@@ -372,7 +372,7 @@ class TrainingRun:
                     self._evaluate(done)
                 if done % cfg.checkpoint_every == 0 or done == cfg.steps:
                     self._checkpoint(done)
-                self.metrics.plot(f"agl train · {Path(cfg.agent.split(':')[0]).stem}")
+                self.metrics.plot(f"agl train · {_agent_name(cfg.agent)}")
         evals = [r for r in self.metrics.rows() if r["kind"] == "eval"]
         summary = RunSummary(
             steps=cfg.steps,
@@ -382,11 +382,21 @@ class TrainingRun:
             run_dir=self.run_dir,
         )
         self.console.print(
-            f"[bold]held-out accuracy: {summary.eval_before} before → {summary.eval_after} after "
+            f"[bold]held-out accuracy: {_percent(summary.eval_before)} before → {_percent(summary.eval_after)} after "
             f"{cfg.steps} steps[/] in {summary.minutes:.1f} min · curve {self.metrics.plot_path} · "
             f"metrics {self.metrics.path}"
         )
         return summary
+
+
+def _agent_name(spec: str) -> str:
+    module, _, function = spec.rpartition(":")
+    stem = Path(module).stem if module.endswith(".py") else module.rsplit(".", 1)[-1]
+    return f"{stem}:{function}"
+
+
+def _percent(value: float | None) -> str:
+    return "n/a" if value is None else f"{100 * value:.1f} %"
 
 
 def _mean(values: Sequence[float]) -> float:

@@ -55,7 +55,8 @@ class MetricsLog:
             )
         ax.set_xlabel("training step (policy updates before the measurement)")
         ax.set_ylabel("reward / accuracy")
-        ax.set_ylim(-0.05, 1.05)
+        values = [r["reward_mean"] for r in train if r.get("reward_mean") is not None] + [1.0]
+        ax.set_ylim(min(-0.05, min(values) - 0.05), max(values) + 0.05)  # shaped rewards may pass 1
         ax.grid(alpha=0.3)
         ax.legend(loc="lower right")
         ax.set_title(title)
