@@ -1,4 +1,4 @@
-"""Run every performance benchmark of agl-core in one go and print a summary (`make bench`)."""
+"""Run every performance benchmark of agl in one go and print a summary (`make bench`)."""
 
 from __future__ import annotations
 
@@ -9,6 +9,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import bench_credit
 import bench_e2e
+import bench_engine
 import bench_import
 import bench_proxy
 import bench_spans
@@ -21,6 +22,7 @@ def main() -> None:
         "proxy overhead": bench_proxy.main(),
         "end to end": bench_e2e.main(),
         "credit assignment": bench_credit.main(),
+        "engine throughput": bench_engine.main(),
     }
     print("\n== summary")
     for name, rows in results.items():

@@ -216,7 +216,7 @@ class PolicyTrainer:
             counts = mask.sum(1).clamp(min=1)
             per_transition = (per_token * mask).sum(1) / counts
             loss = (per_transition * weights).sum()
-            loss.backward()  # type: ignore[no-untyped-call]
+            loss.backward()
             with torch.no_grad():
                 n_tok = float(mask.sum())
                 sums["loss"] += float(loss)
