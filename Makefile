@@ -39,6 +39,7 @@ typecheck: $(STAMP)
 	$(BIN)/mypy
 
 bench: $(STAMP)
+	$(BIN)/python -m pip install -q -r requirements-bench.txt
 	$(BIN)/python benchmarks/perf/run_all.py
 
 clean:

@@ -13,6 +13,7 @@ import bench_engine
 import bench_import
 import bench_proxy
 import bench_spans
+import bench_train_step
 
 
 def main() -> None:
@@ -23,6 +24,7 @@ def main() -> None:
         "end to end": bench_e2e.main(),
         "credit assignment": bench_credit.main(),
         "engine throughput": bench_engine.main(),
+        "GRPO step vs TRL": bench_train_step.main(),
     }
     print("\n== summary")
     for name, rows in results.items():
