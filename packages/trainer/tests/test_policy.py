@@ -141,3 +141,13 @@ def test_kl_without_lora_is_refused(tiny_model_dir: Path) -> None:
     model, tokenizer = load_model(tiny_model_dir, device="cpu")
     with pytest.raises(ValueError, match="needs LoRA"):
         PolicyTrainer(model, PolicyConfig(lora=False, kl_coef=0.1), pad_id=tokenizer.pad_token_id)
+
+
+def test_embedded_parts_implement_the_backend_interfaces(tiny_model_dir: Path) -> None:
+    from agl_trainer.backends import InferenceBackend, PolicyBackend
+
+    policy, engine = fresh_policy(tiny_model_dir)
+    try:
+        assert isinstance(policy, PolicyBackend) and isinstance(engine, InferenceBackend)
+    finally:
+        engine.close()

@@ -40,6 +40,7 @@ from agl.schema import ModelVersionIn, Rollout, RolloutDetail
 from agl.selection import AgentSelection
 from agl.testing.processes import ServerProcess, start_server, start_worker
 from agl.transitions import build_episodes
+from agl_trainer.backends import PolicyBackend
 from agl_trainer.engine import Engine
 from agl_trainer.metrics import MetricsLog
 from agl_trainer.models import load_model, resolve_model
@@ -138,7 +139,7 @@ class TrainingRun:
         model, tokenizer = load_model(path, device=cfg.device)
         if cfg.policy.lora:
             model = wrap_lora(model, cfg.policy)
-        self.policy = PolicyTrainer(model, cfg.policy, pad_id=tokenizer.pad_token_id)
+        self.policy: PolicyBackend = PolicyTrainer(model, cfg.policy, pad_id=tokenizer.pad_token_id)
         self.engine = Engine(model, tokenizer, max_batch=cfg.max_batch).start()
         stack.callback(self.engine.close)
         eval_temperature = cfg.temperature if cfg.eval_temperature is None else cfg.eval_temperature
