@@ -10,7 +10,6 @@ steps and the second (warm) one is reported. TRL is installed by `make bench` (r
 from __future__ import annotations
 
 import json
-import re
 import statistics
 import tempfile
 import time
@@ -20,27 +19,26 @@ from _common import report
 
 from agl.credit import assign_credit
 from agl.transitions import Episode, Transition
-from agl_trainer.chat_format import render_prompt
+from agl_trainer.chat_format import parse_answer, render_prompt
 from agl_trainer.engine import Engine, GenerationRequest
 from agl_trainer.examples import calculator
 from agl_trainer.models import load_model, resolve_model
-from agl_trainer.policy import PolicyConfig, PolicyTrainer, wrap_lora
+from agl_trainer.policy import PolicyConfig, PolicyTrainer, lora_config, wrap_lora
 
 PROMPTS = 8
 GROUP = 4
 MAX_NEW = 48
 TEMPERATURE = 0.7
 LR = 3e-4
-_CALL = re.compile(r"<tool_call>(.*?)</tool_call>", re.DOTALL)
 
 
 def reward(text: str, answer: float) -> float:
     """1 for a calculator call whose expression evaluates to the answer, else 0 (the same for both sides)."""
-    found = _CALL.search(text)
-    if not found:
+    calls = parse_answer(text, [calculator.CALCULATOR]).tool_calls
+    if not calls:
         return 0.0
     try:
-        value = calculator.calculate(str(json.loads(found.group(1))["arguments"]["expression"]))
+        value = calculator.calculate(str(json.loads(calls[0]["function"]["arguments"])["expression"]))
     except (ValueError, KeyError, TypeError, SyntaxError, ZeroDivisionError, json.JSONDecodeError):
         return 0.0
     return 1.0 if abs(value - answer) < 1e-6 else 0.0
@@ -119,7 +117,6 @@ def agl_steps(prompts: list[tuple[str, float]], steps: int = 2) -> list[dict[str
 
 def trl_steps(prompts: list[tuple[str, float]], steps: int = 2) -> list[float]:
     from datasets import Dataset
-    from peft import LoraConfig
     from transformers import TrainerCallback
     from trl import GRPOConfig, GRPOTrainer
 
@@ -155,13 +152,7 @@ def trl_steps(prompts: list[tuple[str, float]], steps: int = 2) -> list[float]:
             logging_steps=1,
             seed=0,
         )
-        lora = LoraConfig(
-            r=16,
-            lora_alpha=32,
-            lora_dropout=0.0,
-            target_modules=["q_proj", "k_proj", "v_proj", "o_proj"],
-            task_type="CAUSAL_LM",
-        )
+        lora = lora_config(PolicyConfig(lr=LR))  # the very LoRA agl trains
         dataset = Dataset.from_list([{"prompt": text} for text, _ in prompts] * steps)
         trainer = GRPOTrainer(
             model=model,

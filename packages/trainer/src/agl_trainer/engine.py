@@ -31,6 +31,8 @@ from typing import Any
 
 import torch
 
+from agl_trainer.packing import common_prefix_len, pack
+
 log = logging.getLogger(__name__)
 
 
@@ -64,17 +66,6 @@ class _Job:
     done: bool = False
     finish_reason: str = "length"
     stop_at_text: int | None = None  # where a stop string began in the decoded text
-
-
-MIN_SHARED_PREFIX = 16  # shorter shared beginnings are not worth a cache entry
-
-
-def common_prefix_len(a: Sequence[int], b: Sequence[int]) -> int:
-    n = min(len(a), len(b))
-    i = 0
-    while i < n and a[i] == b[i]:
-        i += 1
-    return i
 
 
 class _PrefixCache:
@@ -257,28 +248,16 @@ class Engine:
         model = self._set_adapter(jobs[0].request.adapter)
         n = len(jobs)
         prompts = [j.request.prompt_ids for j in jobs]
-        # the beginning every prompt shares, leaving each at least one token of its own
-        shared = min(len(p) for p in prompts) - 1
-        for p in prompts[1:]:
-            shared = min(shared, common_prefix_len(prompts[0], p))
+        # every prompt keeps at least one token of its own: the last one's logits start the decoding
+        packed = pack(prompts, prefix_limit=min(len(p) for p in prompts) - 1, pad_id=self.pad_id)
         past = None
-        if shared >= MIN_SHARED_PREFIX:
-            past = self._prefix_kv(model, adapter, prompts[0][:shared])
+        if packed.prefix:
+            past = self._prefix_kv(model, adapter, packed.prefix)
             if n > 1:
                 past.batch_repeat_interleave(n)
-        else:
-            shared = 0
-        # the rest of each prompt, left-padded, after the shared part: [shared][pad…][own tokens]
-        width = max(len(p) for p in prompts) - shared
-        input_ids = torch.full((n, width), self.pad_id, dtype=torch.long)
-        own = torch.zeros((n, width), dtype=torch.long)
-        for i, p in enumerate(prompts):
-            rest = p[shared:]
-            input_ids[i, width - len(rest) :] = torch.tensor(rest, dtype=torch.long)
-            own[i, width - len(rest) :] = 1
-        input_ids, own = input_ids.to(self.device), own.to(self.device)
-        attention = torch.cat([torch.ones((n, shared), dtype=torch.long, device=self.device), own], dim=1)
-        positions = shared + (own.cumsum(-1) - 1).clamp(min=0)
+        input_ids = packed.ids.to(self.device)
+        attention = packed.attention.to(self.device)
+        positions = packed.positions.to(self.device)
         generators = [self._generator(j.request.seed) for j in jobs]
         max_steps = max(j.request.max_tokens for j in jobs)
         out = model(

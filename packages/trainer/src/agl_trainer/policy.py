@@ -25,7 +25,7 @@ from typing import Any
 import torch
 
 from agl.transitions import Transition
-from agl_trainer.engine import MIN_SHARED_PREFIX, common_prefix_len
+from agl_trainer.packing import pack
 
 
 @dataclass
@@ -62,18 +62,24 @@ class UpdateStats:
         return {**out, **self.extra}
 
 
-def wrap_lora(model: Any, config: PolicyConfig, adapter: str = "default") -> Any:
-    """The model with a fresh LoRA adapter (peft); the base weights are frozen."""
-    from peft import LoraConfig, get_peft_model
+def lora_config(config: PolicyConfig) -> Any:
+    """The peft `LoraConfig` of a policy config."""
+    from peft import LoraConfig
 
-    lora = LoraConfig(
+    return LoraConfig(
         r=config.lora_rank,
         lora_alpha=config.lora_alpha,
         lora_dropout=0.0,
         target_modules=list(config.lora_targets),
         task_type="CAUSAL_LM",
     )
-    return get_peft_model(model, lora, adapter_name=adapter)
+
+
+def wrap_lora(model: Any, config: PolicyConfig, adapter: str = "default") -> Any:
+    """The model with a fresh LoRA adapter (peft); the base weights are frozen."""
+    from peft import get_peft_model
+
+    return get_peft_model(model, lora_config(config), adapter_name=adapter)
 
 
 class PolicyTrainer:
@@ -115,31 +121,20 @@ class PolicyTrainer:
         last column. The prefix every sequence shares (the agent's system prompt, tools, examples) is run once
         and its keys/values repeated for the batch; gradients still flow through it, so this is exact."""
         seqs = [t.prompt_ids + t.response_ids for t in batch]
-        shared = min(len(t.prompt_ids) for t in batch) - 1
-        for seq in seqs[1:]:
-            shared = min(shared, common_prefix_len(seqs[0], seq))
-        if shared < MIN_SHARED_PREFIX:
-            shared = 0
-        width = max(len(seq) for seq in seqs) - shared
+        packed = pack(seqs, prefix_limit=min(len(t.prompt_ids) for t in batch) - 1, pad_id=self.pad_id)
         resp = max(len(t.response_ids) for t in batch)
         n = len(batch)
-        ids = torch.full((n, width), self.pad_id, dtype=torch.long)
-        own = torch.zeros((n, width), dtype=torch.long)
         mask = torch.zeros((n, resp), dtype=torch.float32)
         old = torch.zeros((n, resp), dtype=torch.float32)
         for i, t in enumerate(batch):
-            rest = seqs[i][shared:]
-            ids[i, width - len(rest) :] = torch.tensor(rest, dtype=torch.long)
-            own[i, width - len(rest) :] = 1
             r = len(t.response_ids)
             mask[i, resp - r :] = torch.tensor(t.response_mask, dtype=torch.float32)
             if t.logprobs is not None:
                 old[i, resp - r :] = torch.tensor(t.logprobs, dtype=torch.float32)
-        attention = torch.cat([torch.ones((n, shared), dtype=torch.long), own], dim=1)
-        positions = shared + (own.cumsum(-1) - 1).clamp(min=0)
+        ids, attention, positions = packed.ids, packed.attention, packed.positions
         tensors = {"ids": ids, "attention": attention, "positions": positions, "mask": mask, "old": old}
         out: dict[str, Any] = {k: v.to(self.device) for k, v in tensors.items()}
-        out["prefix"] = torch.tensor([seqs[0][:shared]], dtype=torch.long, device=self.device) if shared else None
+        out["prefix"] = torch.tensor([packed.prefix], dtype=torch.long, device=self.device) if packed.prefix else None
         return out
 
     def _response_logprobs(self, model: Any, x: dict[str, Any]) -> torch.Tensor:

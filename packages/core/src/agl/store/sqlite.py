@@ -673,11 +673,6 @@ class Store:
         self._attempt_rollout[attempt_id] = found
         return found
 
-    def attempt_rollout_id(self, attempt_id: str) -> str | None:
-        """The rollout an attempt belongs to."""
-        found = self.attempt_rollout(attempt_id)
-        return None if found is None else found[0]
-
     def add_llm_call(self, call: LLMCall) -> Future[None]:
         values = (
             call.id,
