@@ -101,6 +101,44 @@ def test_arithmetic_with_tools_gives_a_tool_call_then_the_tool_result_answers(up
     assert no_tools.choices[0].message.content == "Echo: What is 1+2?"
 
 
+def _tool(name: str, **properties: str) -> dict[str, Any]:
+    props = {k: {"type": v} for k, v in properties.items()}
+    return {"type": "function", "function": {"name": name, "parameters": {"type": "object", "properties": props}}}
+
+
+def test_directives_script_each_agent_tools_in_order_then_its_own_text(upstream: ThreadedUpstream) -> None:
+    """`agl-tools:` calls each listed, offered, not yet called tool in turn; `agl-say:` then answers."""
+    client = openai.OpenAI(base_url=upstream.url, api_key="k", max_retries=0)
+    tools = [
+        _tool("search", query="string", limit="integer"),
+        _tool("transfer_to_math"),
+        _tool("calc", expression="string"),
+    ]
+    system = "You route.\nagl-tools: transfer_to_math, nonexistent, calc\nagl-say: Final: {tool}"
+    messages: list[Any] = [{"role": "system", "content": system}, {"role": "user", "content": "Find 6 * 7 please"}]
+    names, arguments = [], []
+    for result in ("handed off", "42"):
+        reply = client.chat.completions.create(model="m", messages=messages, tools=tools)  # type: ignore[arg-type]
+        (call,) = reply.choices[0].message.tool_calls or []
+        names.append(call.function.name)
+        arguments.append(json.loads(call.function.arguments))
+        messages += [
+            reply.choices[0].message.model_dump(exclude_none=True),
+            {"role": "tool", "tool_call_id": call.id, "content": result},
+        ]
+    assert names == ["transfer_to_math", "calc"]
+    assert arguments == [{}, {"expression": "6*7"}]
+    final = client.chat.completions.create(model="m", messages=messages, tools=tools)  # type: ignore[arg-type]
+    assert final.choices[0].message.content == "Final: 42"
+    # string parameters other than `expression` get the user's message; a tool not offered is skipped
+    only_search = [{"role": "system", "content": "agl-tools: search"}, {"role": "user", "content": "capital of France"}]
+    reply = client.chat.completions.create(model="m", messages=only_search, tools=tools)  # type: ignore[arg-type]
+    (call,) = reply.choices[0].message.tool_calls or []
+    assert call.function.name == "search" and json.loads(call.function.arguments) == {"query": "capital of France"}
+    say_only = [{"role": "system", "content": "agl-say: APPROVED"}, {"role": "user", "content": "check this"}]
+    assert client.chat.completions.create(model="m", messages=say_only).choices[0].message.content == "APPROVED"  # type: ignore[arg-type]
+
+
 @pytest.mark.parametrize("tools", [None, TOOLS])
 def test_stream_carries_the_same_ids_and_message_as_the_complete_answer(upstream: ThreadedUpstream, tools: Any) -> None:
     request: dict[str, Any] = {

@@ -19,6 +19,10 @@ _EXPORTS = {
     "agent": "agl.tracing.spans",
     "span": "agl.tracing.spans",
     "tool": "agl.tracing.spans",
+    "record_span": "agl.tracing.spans",
+    "record_tool": "agl.tracing.spans",
+    "enter_agent": "agl.tracing.context",
+    "exit_agent": "agl.tracing.context",
     "current_rollout": "agl.tracing.context",
     "current_agent": "agl.tracing.context",
     "propagate": "agl.tracing.context",
@@ -44,11 +48,15 @@ if TYPE_CHECKING:  # the same names, for type checkers (the `as` form marks them
     from agl.store import Store as Store
     from agl.tracing.context import current_agent as current_agent
     from agl.tracing.context import current_rollout as current_rollout
+    from agl.tracing.context import enter_agent as enter_agent
+    from agl.tracing.context import exit_agent as exit_agent
     from agl.tracing.context import propagate as propagate
     from agl.tracing.http_inject import attribution_headers as attribution_headers
     from agl.tracing.otel import configure_otel as configure_otel
     from agl.tracing.spans import agent as agent
     from agl.tracing.spans import emit_reward as emit_reward
+    from agl.tracing.spans import record_span as record_span
+    from agl.tracing.spans import record_tool as record_tool
     from agl.tracing.spans import span as span
     from agl.tracing.spans import tool as tool
 

@@ -18,10 +18,15 @@ where a tool call is rendered `<tool_call>{"name": ..., "arguments": ...}</tool_
 
 Script, first rule that matches:
 1. `force_error:<status>` in the last user message → an OpenAI-style error with that HTTP status;
-2. the last message is a tool result → "The answer is {tool result}";
-3. tools are offered and the last user message holds `<int> <op> <int>` → a call of the first tool with
+2. a system message says `agl-tools: a, b` and one of those tools is offered and not yet called in the
+   conversation → a call of the first such tool (a multi-agent app gives each agent its own line);
+   arguments: `expression` gets `<int><op><int>` from the last user message, other string parameters the
+   last user message itself;
+3. a system message says `agl-say: <text>` → that text, `{tool}` replaced by the last tool result;
+4. the last message is a tool result → "The answer is {tool result}";
+5. tools are offered and the last user message holds `<int> <op> <int>` → a call of the first tool with
    `{"expression": "<int><op><int>"}`, finish reason `tool_calls`;
-4. otherwise → "Echo: {last user message}".
+6. otherwise → "Echo: {last user message}".
 Text answers are cut at `max_tokens` / `max_completion_tokens` tokens (finish reason `length`).
 """
 
@@ -48,6 +53,8 @@ READY_MARKER = "AGL_UPSTREAM_READY"
 _PIECE = re.compile(r"\w+|[^\w\s]|\s+")
 _ARITHMETIC = re.compile(r"(\d+)\s*([+\-*/])\s*(\d+)")
 _FORCE_ERROR = re.compile(r"force_error:(\d{3})")
+_TOOLS_DIRECTIVE = re.compile(r"agl-tools:[ \t]*([^\n]*)")
+_SAY_DIRECTIVE = re.compile(r"agl-say:[ \t]*([^\n]*)")
 
 Scope = MutableMapping[str, Any]
 Message = MutableMapping[str, Any]
@@ -120,6 +127,33 @@ def _error_body(status: int, message: str, type_: str) -> bytes:
     return orjson.dumps({"error": {"message": message, "type": type_, "param": None, "code": status}})
 
 
+def _tool_name(tool: dict[str, Any]) -> str:
+    return str((tool.get("function") or {}).get("name", "tool"))
+
+
+def _pending_directive_tool(
+    system: str, messages: list[dict[str, Any]], tools: list[dict[str, Any]]
+) -> dict[str, Any] | None:
+    """The first tool an `agl-tools:` line asks for that is offered and not yet called in the conversation."""
+    wanted = [n.strip() for line in _TOOLS_DIRECTIVE.findall(system) for n in line.split(",") if n.strip()]
+    if not wanted:
+        return None
+    called = {str((c.get("function") or {}).get("name")) for m in messages for c in (m.get("tool_calls") or [])}
+    offered = {_tool_name(t): t for t in tools}
+    return next((offered[n] for n in wanted if n in offered and n not in called), None)
+
+
+def _arguments_for(tool: dict[str, Any], last_user: str, arithmetic: re.Match[str] | None) -> dict[str, Any]:
+    schema = (tool.get("function") or {}).get("parameters") or {}
+    arguments: dict[str, Any] = {}
+    for name, spec in (schema.get("properties") or {}).items():
+        if name == "expression":
+            arguments[name] = "".join(arithmetic.groups()) if arithmetic else last_user
+        elif isinstance(spec, dict) and spec.get("type", "string") == "string":
+            arguments[name] = last_user
+    return arguments
+
+
 class _Reply:
     """What the script decided to answer to one request."""
 
@@ -137,18 +171,20 @@ class _Reply:
         self.text: str | None = None
         self.finish_reason = "stop"
         arithmetic = _ARITHMETIC.search(last_user)
-        if last.get("role") == "tool":
+        system = "\n".join(_text_of(m.get("content")) for m in messages if m.get("role") in ("system", "developer"))
+        last_tool = next((_text_of(m.get("content")) for m in reversed(messages) if m.get("role") == "tool"), "")
+        pending = _pending_directive_tool(system, messages, tools or [])
+        say = _SAY_DIRECTIVE.search(system)
+        if pending is not None:
+            self._call(pending, _arguments_for(pending, last_user, arithmetic))
+            return
+        if say:
+            text = say.group(1).strip().replace("{tool}", last_tool)
+        elif last.get("role") == "tool":
             text = f"The answer is {_text_of(last.get('content'))}"
         elif tools and arithmetic and last.get("role") == "user":
             name = str((tools[0].get("function") or {}).get("name", "tool"))
-            arguments = _dumps({"expression": "".join(arithmetic.groups())})
-            self.tool_call = {
-                "id": f"call_{uuid.uuid4().hex[:24]}",
-                "type": "function",
-                "function": {"name": name, "arguments": arguments},
-            }
-            self.response_pieces = pieces(render_tool_call(name, arguments))
-            self.finish_reason = "tool_calls"
+            self._call(tools[0], {"expression": "".join(arithmetic.groups())}, name=name)
             return
         else:
             text = f"Echo: {last_user}"
@@ -158,6 +194,17 @@ class _Reply:
             self.response_pieces = self.response_pieces[:limit]
             self.finish_reason = "length"
         self.text = "".join(self.response_pieces)
+
+    def _call(self, tool: dict[str, Any], arguments: dict[str, Any], name: str | None = None) -> None:
+        name = name or _tool_name(tool)
+        encoded = _dumps(arguments)
+        self.tool_call = {
+            "id": f"call_{uuid.uuid4().hex[:24]}",
+            "type": "function",
+            "function": {"name": name, "arguments": encoded},
+        }
+        self.response_pieces = pieces(render_tool_call(name, encoded))
+        self.finish_reason = "tool_calls"
 
     @property
     def response_ids(self) -> list[int]:

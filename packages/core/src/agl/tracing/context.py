@@ -101,6 +101,22 @@ def current_span_id() -> str | None:
     return _span.get()
 
 
+def enter_agent(name: str) -> contextvars.Token[str | None]:
+    """Make `name` the acting agent in this context until `exit_agent(token)`: for framework hooks that see an
+    agent step begin and end as two callbacks run in the same context (`agl.agent` is the `with` form)."""
+    if not name:
+        raise ValueError("agent name must be a non-empty string")
+    return _agent.set(name)
+
+
+def exit_agent(token: contextvars.Token[str | None]) -> None:
+    """Undo `enter_agent`; a token from another context (a hook that ended elsewhere) is ignored safely."""
+    try:
+        _agent.reset(token)
+    except ValueError:  # created in a different context: that context's value dies with it
+        pass
+
+
 def propagate(fn: Callable[P, R]) -> Callable[P, R]:
     """Wrap `fn` so that it runs with the caller's rollout, agent and span, e.g. in a thread it starts."""
     ctx = contextvars.copy_context()

@@ -17,7 +17,15 @@ from typing import Any
 
 from agl.schema import RewardIn, RewardSource, SpanIn, SpanStatus
 from agl.tracing import attributes as attr
-from agl.tracing.context import AGENT_VAR, SPAN_VAR, current_agent, current_rollout, current_span_id, new_span_id
+from agl.tracing.context import (
+    AGENT_VAR,
+    SPAN_VAR,
+    RolloutContext,
+    current_agent,
+    current_rollout,
+    current_span_id,
+    new_span_id,
+)
 
 log = logging.getLogger(__name__)
 _warned_outside = False
@@ -123,6 +131,91 @@ def tool(name: str, *, call_id: str | None = None, arguments: Any = None) -> Ite
         attrs[attr.TOOL_ARGUMENTS] = arguments if isinstance(arguments, str) else repr(arguments)
     with span(f"tool:{name}", kind="tool", attributes=attrs) as handle:
         yield handle
+
+
+def record_span(
+    name: str,
+    *,
+    kind: str,
+    start_time: float,
+    end_time: float | None = None,
+    status: str | SpanStatus = SpanStatus.ok,
+    status_message: str | None = None,
+    attributes: Mapping[str, Any] | None = None,
+    agent_name: str | None = None,
+    parent_id: str | None = None,
+    ctx: RolloutContext | None = None,
+) -> str | None:
+    """Record a span that already ended, for framework hooks that report `start` and `end` as two callbacks
+    (possibly on different threads, where a `with` block cannot span both). `ctx` is the rollout to record it
+    in (the current one by default: a hook on a framework thread passes the one it saw at the start).
+    Returns the span id, or None outside a rollout."""
+    ctx = ctx or current_rollout()
+    if ctx is None:
+        return None
+    agent = agent_name if agent_name is not None else current_agent()
+    attrs = dict(attributes or {})
+    attrs.update({attr.SPAN_KIND: kind, attr.ROLLOUT_ID: ctx.rollout_id, attr.ATTEMPT_ID: ctx.attempt_id})
+    if agent is not None:
+        attrs[attr.AGENT_NAME] = agent
+    if ctx.last_llm_seq is not None:
+        attrs[attr.AFTER_LLM_SEQ] = ctx.last_llm_seq
+    span_id = new_span_id()
+    end = time.time() if end_time is None else end_time
+    ctx.recorder.add_span(
+        SpanIn(
+            trace_id=ctx.trace_id,
+            span_id=span_id,
+            parent_id=parent_id if parent_id is not None else current_span_id(),
+            name=name,
+            kind="internal",
+            start_time=start_time,
+            end_time=max(end, start_time),
+            attributes=attrs,
+            status=SpanStatus(status),
+            status_message=status_message,
+            events=[],
+            rollout_id=ctx.rollout_id,
+            attempt_id=ctx.attempt_id,
+            agent_name=agent,
+            source="agl",
+        )
+    )
+    return span_id
+
+
+def record_tool(
+    name: str,
+    *,
+    start_time: float,
+    end_time: float | None = None,
+    error: str | None = None,
+    call_id: str | None = None,
+    arguments: Any = None,
+    result: Any = None,
+    agent_name: str | None = None,
+    ctx: RolloutContext | None = None,
+) -> str | None:
+    """Record a finished tool execution (status `error` with `error` as its message, else `ok`): the same span
+    `agl.tool` makes, for hooks that see a tool's start and end separately."""
+    attrs: dict[str, Any] = {attr.TOOL_NAME: name}
+    if call_id is not None:
+        attrs[attr.TOOL_CALL_ID] = call_id
+    if arguments is not None:
+        attrs[attr.TOOL_ARGUMENTS] = arguments if isinstance(arguments, str) else repr(arguments)
+    if result is not None:
+        attrs[attr.TOOL_RESULT] = result if isinstance(result, str) else repr(result)
+    return record_span(
+        f"tool:{name}",
+        kind="tool",
+        start_time=start_time,
+        end_time=end_time,
+        status=SpanStatus.error if error is not None else SpanStatus.ok,
+        status_message=error,
+        attributes=attrs,
+        agent_name=agent_name,
+        ctx=ctx,
+    )
 
 
 def emit_reward(
