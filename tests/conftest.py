@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 
 from agl.client import Client
+from agl.processes import ServerProcess, start_server, start_worker
 from agl.schema import Rollout
-from agl.testing.processes import ServerProcess, start_server, start_worker
 from agl.testing.upstream import start_upstream_process
 
 REPO = Path(__file__).resolve().parents[1]

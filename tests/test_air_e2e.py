@@ -11,7 +11,7 @@ import openai
 import agl
 from agl.air import air_rewards, with_air
 from agl.client import Client
-from agl.testing.processes import ServerProcess
+from agl.processes import ServerProcess
 from agl.transitions import build_episode
 from tests.e2e_agents import CALCULATOR
 

@@ -17,8 +17,8 @@ import openai
 
 import agl
 from agl.client import Client
+from agl.processes import ServerProcess
 from agl.schema import LLMCall
-from agl.testing.processes import ServerProcess
 
 
 def run_one(agent: Any, server: ServerProcess, client: Client, task: Any = "t") -> list[LLMCall]:

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from agl.client import Client
-from agl.testing.processes import ServerProcess
+from agl.processes import ServerProcess
 from agl.testing.upstream import encode, render_prompt
 from tests.conftest import run_cli, wait_all, wait_until
 

@@ -12,7 +12,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from agl.testing.processes import _read_ready_line
+from agl.processes import read_ready_line
 
 pytestmark = pytest.mark.slow
 
@@ -54,7 +54,7 @@ def test_core_wheel_installs_cleanly_and_serves(tmp_path: Path, upstream: str) -
         text=True,
     )
     try:
-        url = _read_ready_line(proc, "AGL_SERVER_READY", 60)
+        url = read_ready_line(proc, "AGL_SERVER_READY", 60)
         httpx.post(f"{url}/api/v1/rollouts", json={"task": {"input": "x"}}).raise_for_status()
         (claim,) = httpx.post(f"{url}/api/v1/claims", json={"worker_id": "w"}).json()
         ids = f"rollout/{claim['rollout']['id']}/attempt/{claim['attempt']['id']}"

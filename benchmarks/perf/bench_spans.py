@@ -17,7 +17,7 @@ import httpx
 import orjson
 from _common import report
 
-from agl.testing.processes import start_server
+from agl.processes import start_server
 
 
 def json_batches(n_batches: int, batch: int) -> list[bytes]:

@@ -33,9 +33,9 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 from opentelemetry.trace import SpanKind, Status, StatusCode
 
 from agl.client import Client
+from agl.processes import ServerProcess, start_server
 from agl.schema import SpanIn, SpanStatus
 from agl.server.otlp import otlp_success_response, parse_otlp_traces
-from agl.testing.processes import ServerProcess, start_server
 from agl.tracing import attributes as attr
 from agl.tracing import otel
 from agl.tracing.context import RolloutContext, reset_rollout, set_rollout

@@ -36,9 +36,9 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from agl.air import DEFAULT_RULES, air_rewards, with_air
 from agl.client import Client
 from agl.credit import CreditConfig, assign_credit
+from agl.processes import ServerProcess, start_server, start_worker
 from agl.schema import ModelVersionIn, Rollout, RolloutDetail
 from agl.selection import AgentSelection
-from agl.testing.processes import ServerProcess, start_server, start_worker
 from agl.transitions import build_episodes
 from agl_trainer.backends import PolicyBackend
 from agl_trainer.engine import Engine

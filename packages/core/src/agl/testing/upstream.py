@@ -466,14 +466,14 @@ def start_upstream_process(
     timeout: float = 60.0,
 ) -> tuple[subprocess.Popen[str], str]:
     """Start `python -m agl.testing.upstream` on a free port; returns the process and its `/v1` base URL."""
-    from agl.testing.processes import _read_ready_line
+    from agl.processes import read_ready_line
 
     args = [sys.executable, "-m", "agl.testing.upstream", "--port=0", f"--model={model}", f"--delay-s={delay_s}"]
     args.append(f"--delay-jitter={delay_jitter}")
     if reject_unknown_params:
         args.append("--reject-unknown-params")
     proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
-    return proc, _read_ready_line(proc, READY_MARKER, timeout)
+    return proc, read_ready_line(proc, READY_MARKER, timeout)
 
 
 def main(argv: list[str] | None = None) -> None:

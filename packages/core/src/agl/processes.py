@@ -1,4 +1,4 @@
-"""Start real `agl serve` and `agl worker` processes, for tests, benchmarks and demos."""
+"""Start real `agl serve` and `agl worker` processes and wait until they are ready (trainer, tests, demos)."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import IO
 
 
-def _read_ready_line(proc: subprocess.Popen[str], marker: str, timeout: float) -> str:
+def read_ready_line(proc: subprocess.Popen[str], marker: str, timeout: float) -> str:
     """Wait for `marker <url>` on the process's stdout; keep draining stdout afterwards."""
     lines: queue.Queue[str | None] = queue.Queue()
 
@@ -69,7 +69,7 @@ class ServerProcess:
             text=True,
             env=self.env,
         )
-        self.url = _read_ready_line(self.proc, "AGL_SERVER_READY", timeout)
+        self.url = read_ready_line(self.proc, "AGL_SERVER_READY", timeout)
         self.port = int(self.url.rsplit(":", 1)[1])
         return self
 

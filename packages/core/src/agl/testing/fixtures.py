@@ -1,0 +1,73 @@
+"""pytest fixtures that start real processes: a scripted OpenAI-compatible upstream, `agl serve`, `agl worker`.
+
+Adapter and integration test suites import them into their `conftest.py` (`from agl.testing.fixtures import *`).
+"""
+
+from __future__ import annotations
+
+import subprocess
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+
+from agl.client import Client
+from agl.processes import ServerProcess, start_server, start_worker
+from agl.schema import Rollout
+from agl.testing.upstream import start_upstream_process
+
+__all__ = ["agl_client", "agl_server", "agl_upstream", "agl_workers", "wait_rollouts"]
+
+StartWorker = Callable[..., subprocess.Popen[bytes]]
+
+
+@pytest.fixture(scope="session")
+def agl_upstream() -> Iterator[str]:
+    """The base URL (ending in /v1) of a scripted upstream process shared by the session."""
+    proc, url = start_upstream_process()
+    yield url
+    proc.terminate()
+    proc.wait(10)
+
+
+@pytest.fixture
+def agl_server(tmp_path: Path, agl_upstream: str) -> Iterator[ServerProcess]:
+    """A fresh `agl serve` on its own run directory, forwarding LLM calls to the scripted upstream."""
+    srv = start_server(tmp_path / "run", upstream=agl_upstream)
+    yield srv
+    srv.stop()
+
+
+@pytest.fixture
+def agl_client(agl_server: ServerProcess) -> Iterator[Client]:
+    with Client(agl_server.url) as c:
+        yield c
+
+
+@pytest.fixture
+def agl_workers(tmp_path: Path) -> Iterator[StartWorker]:
+    """`start(agent_spec, server_url, **kwargs)` starts an `agl worker`; all are stopped after the test. Logs go
+    to `tmp_path/worker-N.log` (read them when a rollout fails)."""
+    started: list[subprocess.Popen[bytes]] = []
+
+    def start(agent: str, server_url: str, **kwargs: object) -> subprocess.Popen[bytes]:
+        log_path = tmp_path / f"worker-{len(started)}.log"
+        proc = start_worker(agent, server_url, log_path=log_path, **kwargs)  # type: ignore[arg-type]
+        started.append(proc)
+        return proc
+
+    yield start
+    for proc in started:
+        if proc.poll() is None:
+            proc.terminate()
+    for proc in started:
+        try:
+            proc.wait(10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+
+
+def wait_rollouts(client: Client, ids: list[str], timeout: float = 60.0) -> list[Rollout]:
+    """The rollouts once all are finished, in the order of `ids`."""
+    rollouts = client.wait(ids, timeout=timeout)
+    return sorted(rollouts, key=lambda r: ids.index(r.id))
