@@ -189,3 +189,21 @@ def test_shared_clients_send_each_rollouts_calls_to_its_own_url(server: ServerPr
         for call in calls:
             name, sender = call.request["messages"][-1]["content"].split(": ")
             assert (call.agent_name, sender) == (name, rollout.id)
+
+
+def test_per_agent_model_versions_route_each_agents_calls_to_its_own_backend_model(
+    server: ServerProcess, client: Client
+) -> None:
+    from agl.schema import ModelVersionIn
+
+    mv = client.publish_model_version(
+        ModelVersionIn(name="step-1", upstream_model="base", agent_models={"writer": "policy-writer"})
+    )
+    calls = run_one(sync_agent, server, client)
+    routed = [(c.agent_name, c.model_requested, c.model, c.model_version) for c in calls]
+    assert routed == [
+        ("writer", "agl-policy", "policy-writer", mv.version),
+        ("checker", "agl-policy", "base", mv.version),
+        ("writer", "agl-policy", "policy-writer", mv.version),
+        ("inner", "agl-policy", "base", mv.version),
+    ]

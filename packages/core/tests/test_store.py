@@ -250,3 +250,37 @@ def test_bulk_rollout_details_match_the_one_by_one_read(store: Store) -> None:
     assert [d.rollout.id for d in bulk] == ids
     for d in bulk:
         assert d.model_dump() == store.rollout_detail(d.rollout.id).model_dump()
+
+
+def test_a_store_from_the_previous_schema_is_migrated_in_place_keeping_its_data(tmp_path: Path) -> None:
+    from agl.schema import ModelVersionIn
+    from agl.store.sqlite import SCHEMA_VERSION
+
+    s = Store(tmp_path)
+    (rollout_id,) = enqueue(s)
+    s.publish_model_version(ModelVersionIn(name="step-1", upstream_model="base")).result()
+    s.close()
+    # make it look like a store written by schema 1 (no per-agent models)
+    db = sqlite3.connect(tmp_path / "agl.sqlite")
+    db.execute("ALTER TABLE model_versions DROP COLUMN agent_models")
+    db.execute("UPDATE meta SET value='1' WHERE key='schema_version'")
+    db.commit()
+    db.close()
+
+    s = Store(tmp_path)
+    try:
+        assert s.get_rollout(rollout_id).status is RolloutStatus.queued
+        old = s.latest_model_version()
+        assert old is not None and old.name == "step-1" and old.agent_models == {}
+        s.publish_model_version(ModelVersionIn(name="step-2", agent_models={"writer": "lora-writer"})).result()
+        new = s.latest_model_version()
+        assert new is not None and new.agent_models == {"writer": "lora-writer"} and new.version == old.version + 1
+    finally:
+        s.close()
+    db = sqlite3.connect(tmp_path / "agl.sqlite")
+    assert db.execute("SELECT value FROM meta WHERE key='schema_version'").fetchone()[0] == str(SCHEMA_VERSION)
+    db.execute("UPDATE meta SET value=? WHERE key='schema_version'", (str(SCHEMA_VERSION + 1),))
+    db.commit()
+    db.close()
+    with pytest.raises(RuntimeError, match="newer than this agl"):
+        Store(tmp_path)

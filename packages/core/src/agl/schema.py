@@ -246,6 +246,9 @@ class LLMCall(_Model):
 class ModelVersionIn(_Model):
     name: str = Field(min_length=1, max_length=200)
     upstream_model: str | None = None  # the model name the backend serves this version under
+    # per-agent policies: the backend model (e.g. LoRA adapter) each named agent's calls go to; other agents'
+    # calls go to `upstream_model`
+    agent_models: dict[str, str] = Field(default_factory=dict)
     metadata: dict[str, JsonValue] = Field(default_factory=dict)
 
 

@@ -219,6 +219,8 @@ class LLMProxy:
         if self.model_version is not None:
             rec.model_version = self.model_version.version
             model = self.model_version.upstream_model or model
+            if rec.agent is not None:
+                model = self.model_version.agent_models.get(rec.agent, model)
         if model:
             payload["model"] = model
         rec.model = payload.get("model")

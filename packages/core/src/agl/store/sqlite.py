@@ -50,7 +50,13 @@ log = logging.getLogger(__name__)
 T = TypeVar("T")
 
 DB_FILENAME = "agl.sqlite"
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
+# How to bring a store written by an older agl up to date, step by step; applied once, in one transaction, when
+# the store is opened (data already stored is kept).
+MIGRATIONS: dict[int, str] = {
+    # 1 → 2: per-agent policies (model versions name the backend model each agent's calls go to)
+    1: "ALTER TABLE model_versions ADD COLUMN agent_models TEXT",
+}
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
@@ -90,7 +96,7 @@ CREATE TABLE IF NOT EXISTS rewards (
 CREATE INDEX IF NOT EXISTS rewards_rollout ON rewards(rollout_id);
 CREATE TABLE IF NOT EXISTS model_versions (
   version INTEGER PRIMARY KEY AUTOINCREMENT, name TEXT NOT NULL, upstream_model TEXT,
-  metadata TEXT NOT NULL, created_at REAL NOT NULL);
+  metadata TEXT NOT NULL, created_at REAL NOT NULL, agent_models TEXT);
 """
 
 
@@ -173,10 +179,23 @@ class Store:
             self._write_conn.execute(
                 "INSERT INTO meta(key, value) VALUES ('schema_version', ?)", (str(SCHEMA_VERSION),)
             )
-        elif int(row["value"]) != SCHEMA_VERSION:
+            return
+        found = int(row["value"])
+        if found > SCHEMA_VERSION:
             raise RuntimeError(
-                f"{self.path} has store schema version {row['value']}, this agl expects {SCHEMA_VERSION}"
+                f"{self.path} has store schema version {found}, newer than this agl's {SCHEMA_VERSION}: upgrade agl"
             )
+        if found < SCHEMA_VERSION:
+            conn = self._write_conn
+            conn.execute("BEGIN IMMEDIATE")
+            try:
+                for version in range(found, SCHEMA_VERSION):
+                    conn.execute(MIGRATIONS[version])
+                conn.execute("UPDATE meta SET value=? WHERE key='schema_version'", (str(SCHEMA_VERSION),))
+            except BaseException:
+                conn.execute("ROLLBACK")
+                raise
+            conn.execute("COMMIT")
 
     def _reader(self) -> sqlite3.Connection:
         conn = getattr(self._local, "conn", None)
@@ -714,8 +733,8 @@ class Store:
         def op(conn: sqlite3.Connection) -> ModelVersion:
             now = time.time()
             cur = conn.execute(
-                "INSERT INTO model_versions(name, upstream_model, metadata, created_at) VALUES (?,?,?,?)",
-                (mv.name, mv.upstream_model, _dumps(mv.metadata), now),
+                "INSERT INTO model_versions(name, upstream_model, metadata, created_at, agent_models) VALUES (?,?,?,?,?)",
+                (mv.name, mv.upstream_model, _dumps(mv.metadata), now, _dumps(mv.agent_models)),
             )
             return ModelVersion(version=int(cur.lastrowid or 0), created_at=now, **mv.model_dump())
 
@@ -727,6 +746,7 @@ class Store:
             return None
         d = dict(row)
         d["metadata"] = _loads(d["metadata"])
+        d["agent_models"] = _loads(d["agent_models"]) if d["agent_models"] else {}
         return ModelVersion.model_validate(d)
 
     # ------------------------------------------------------------------------------------- reads
