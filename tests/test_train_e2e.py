@@ -98,3 +98,46 @@ def test_two_steps_then_resume(tmp_path: Path) -> None:
     with Store(run_dir) as store:
         versions = store.latest_model_version()
     assert versions is not None and versions.name == "step-3"
+
+
+def test_per_agent_policies_train_only_the_selected_agents_adapters(tmp_path: Path) -> None:
+    """`per_agent_policies` with `train_agents="speaker"`: the speaker's calls go to its own adapter and train it;
+    the listener still runs, served by the base model, and gives no transitions."""
+    import dataclasses
+
+    model = build_tiny_llama(tmp_path / "tiny")
+    run_dir = tmp_path / "run"
+    cfg = dataclasses.replace(
+        config(run_dir, model, steps=1),
+        agent=AGENT.replace("parity_agent", "duo_agent"),
+        train_agents="speaker",
+        per_agent_policies=True,
+    )
+    TrainingRun(cfg).run()
+
+    folder = run_dir / "checkpoints" / "step-1" / "adapter"
+    assert sorted(p.name for p in folder.iterdir() if p.is_dir()) == ["policy-speaker"]
+    adapter = load_file(str(folder / "policy-speaker" / "adapter_model.safetensors"))
+    assert any(float(t.abs().max()) > 0 for name, t in adapter.items() if "lora_B" in name)
+
+    written = [json.loads(line) for line in (run_dir / "transitions" / "step-0.jsonl").read_text().splitlines()]
+    assert written and {row["agent"] for row in written} == {"speaker"}
+    (train_row,) = [
+        json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines() if '"train"' in line
+    ]
+    assert train_row["update_transitions/speaker"] == len(written)
+
+    with Store(run_dir) as store:
+        rollouts, _ = store.list_rollouts(step=0, limit=1000)
+        details = store.rollout_details([r.id for r in rollouts if r.mode == "train"])
+    served = {(c.agent_name, c.model) for d in details for c in d.llm_calls}
+    assert served == {("speaker", "policy-speaker"), ("listener", "base")}
+
+
+def test_per_agent_policies_need_named_agents(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import dataclasses
+
+    monkeypatch.delenv("AGL_TRAIN_AGENTS", raising=False)
+    cfg = dataclasses.replace(config(tmp_path / "run", tmp_path / "none", steps=1), per_agent_policies=True)
+    with pytest.raises(ValueError, match="per_agent_policies needs the agents named"):
+        TrainingRun(cfg)

@@ -18,3 +18,18 @@ def parity_agent(task: Any, llm: agl.LLM) -> float:
         )
     agl.emit_reward(0.1, name="answered")
     return float(len(reply.choices[0].message.content or "") % 2 == 0)
+
+
+@agl.rollout
+def duo_agent(task: Any, llm: agl.LLM) -> float:
+    """Two agents, one call each: a speaker samples an answer and a listener repeats it. The reward depends on
+    the speaker's sample, as in `parity_agent`."""
+    client = llm.openai_client(max_retries=0)
+    with agl.agent("speaker"):
+        said = client.chat.completions.create(
+            model=llm.model, messages=[{"role": "user", "content": str(task)}], max_tokens=6
+        )
+    text = said.choices[0].message.content or ""
+    with agl.agent("listener"):
+        client.chat.completions.create(model=llm.model, messages=[{"role": "user", "content": text}], max_tokens=4)
+    return float(len(text) % 2 == 0)

@@ -3,7 +3,9 @@
 Requests arrive from any thread or event loop; a single generation thread takes whatever is waiting (up to
 `max_batch`, after a short gathering window) and decodes it together: left-padded prefill, then one token per
 step for every sequence still running, with a KV cache. Sequences in one batch may differ in length, sampling
-parameters and stop strings; requests for different LoRA adapters go in different batches.
+parameters and stop strings; requests for different LoRA adapters go in different batches. The adapter named
+`base` (`BASE_MODEL`) is the model with every adapter switched off: with one policy per agent, the agents that
+are not trained are served by it.
 
 Prefix caching: agents send the same long beginning (system prompt, tool descriptions, examples) with every
 call, and on a CPU the prompt's forward pass costs more than the decoding. The key/value cache of the longest
@@ -18,6 +20,7 @@ without EOS and cut before a stop string.
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import logging
 import queue
@@ -34,6 +37,8 @@ import torch
 from agl_trainer.packing import common_prefix_len, pack
 
 log = logging.getLogger(__name__)
+
+BASE_MODEL = "base"  # the adapter name that means "no adapter": the base model as loaded
 
 
 @dataclass
@@ -218,15 +223,19 @@ class Engine:
                     if not j.future.done():
                         j.future.set_exception(exc)
 
-    def _set_adapter(self, adapter: str | None) -> Any:
-        """The model with `adapter` (or the default adapter) active."""
+    def _adapter_active(self, adapter: str | None) -> contextlib.AbstractContextManager[Any]:
+        """A context in which the model runs with `adapter` (or the default adapter) active."""
         adapter = adapter or self.default_adapter
         if adapter is None:
-            return self.model
-        if not hasattr(self.model, "set_adapter"):
+            return contextlib.nullcontext()
+        if not isinstance(getattr(self.model, "peft_config", None), dict):  # a plain model: no adapters
+            if adapter == BASE_MODEL:
+                return contextlib.nullcontext()
             raise ValueError(f"adapter {adapter!r} asked for, but the model has no adapters")
+        if adapter == BASE_MODEL:
+            return self.model.disable_adapter()  # type: ignore[no-any-return]
         self.model.set_adapter(adapter)
-        return self.model
+        return contextlib.nullcontext()
 
     def _prefix_kv(self, model: Any, adapter: str | None, prefix: list[int]) -> Any:
         """A batch-1 key/value cache covering exactly `prefix`, from the prefix cache where possible."""
@@ -244,8 +253,11 @@ class Engine:
 
     @torch.no_grad()
     def _generate(self, jobs: list[_Job]) -> None:
-        adapter = jobs[0].request.adapter or self.default_adapter
-        model = self._set_adapter(jobs[0].request.adapter)
+        with self._adapter_active(jobs[0].request.adapter):
+            self._generate_batch(jobs, jobs[0].request.adapter or self.default_adapter)
+
+    def _generate_batch(self, jobs: list[_Job], adapter: str | None) -> None:
+        model = self.model
         n = len(jobs)
         prompts = [j.request.prompt_ids for j in jobs]
         # every prompt keeps at least one token of its own: the last one's logits start the decoding

@@ -41,10 +41,10 @@ from agl.schema import ModelVersionIn, Rollout, RolloutDetail
 from agl.selection import AgentSelection
 from agl.transitions import build_episodes
 from agl_trainer.backends import PolicyBackend
-from agl_trainer.engine import Engine
+from agl_trainer.engine import BASE_MODEL, Engine
 from agl_trainer.metrics import MetricsLog
 from agl_trainer.models import load_model, resolve_model
-from agl_trainer.policy import PolicyConfig, PolicyTrainer, wrap_lora
+from agl_trainer.policy import PolicyConfig, PolicyTrainer, agent_adapters, wrap_lora
 from agl_trainer.serving import EngineServer
 
 log = logging.getLogger(__name__)
@@ -67,6 +67,8 @@ class TrainConfig:
     merge_prefixes: bool = False
     max_transition_tokens: int = 2048
     train_agents: str | None = None  # `writer,rewriter`; None: AGL_TRAIN_AGENTS, else every agent
+    # one LoRA policy per selected agent on the shared base model; the other agents are served by the base model
+    per_agent_policies: bool = False
     policy: PolicyConfig = field(default_factory=PolicyConfig)
     workers: int = 2
     concurrency: int = 8
@@ -102,6 +104,8 @@ class TrainConfig:
                 problems.append(f"{name} must be ≥ 1, got {getattr(self, name)}")
         if ":" not in self.agent:
             problems.append(f"agent {self.agent!r} must look like 'module:function' or 'path/file.py:function'")
+        if self.per_agent_policies and not self.policy.lora:
+            problems.append("per_agent_policies needs LoRA (each selected agent trains its own adapter)")
         if problems:
             raise ValueError("invalid training configuration: " + "; ".join(problems))
 
@@ -123,6 +127,14 @@ class TrainingRun:
         self.run_dir = Path(config.run_dir)
         self.metrics = MetricsLog(self.run_dir)
         self.selection = AgentSelection.resolve(config.train_agents)
+        self.agent_adapters: dict[str, str] = {}
+        if config.per_agent_policies:
+            if self.selection.agents is None:
+                raise ValueError(
+                    "invalid training configuration: per_agent_policies needs the agents named "
+                    "(--agents / train_agents / AGL_TRAIN_AGENTS=writer,rewriter)"
+                )
+            self.agent_adapters = agent_adapters(sorted(self.selection.agents))
         self.rules = DEFAULT_RULES if config.air else ()
         self.workers: list[subprocess.Popen[bytes]] = []
         self.t0 = time.monotonic()
@@ -138,9 +150,13 @@ class TrainingRun:
         self.console.print(f"[bold]agl train[/] {cfg.agent}  model {path.name}  run {self.run_dir}")
         model, tokenizer = load_model(path, device=cfg.device)
         if cfg.policy.lora:
-            model = wrap_lora(model, cfg.policy)
-        self.policy: PolicyBackend = PolicyTrainer(model, cfg.policy, pad_id=tokenizer.pad_token_id)
+            model = wrap_lora(model, cfg.policy, adapters=list(self.agent_adapters.values()) or ["default"])
+        self.policy: PolicyBackend = PolicyTrainer(
+            model, cfg.policy, pad_id=tokenizer.pad_token_id, agent_adapters=self.agent_adapters
+        )
         self.engine = Engine(model, tokenizer, max_batch=cfg.max_batch).start()
+        if self.agent_adapters:
+            self.engine.default_adapter = BASE_MODEL  # calls routed to no agent's policy: the base model
         stack.callback(self.engine.close)
         eval_temperature = cfg.temperature if cfg.eval_temperature is None else cfg.eval_temperature
         front = EngineServer(
@@ -163,6 +179,15 @@ class TrainingRun:
         self.console.print(
             f"engine on {self.engine.device} · server {self.server.url} · {cfg.workers} workers × "
             f"{cfg.concurrency} · training {self.selection}"
+        )
+
+    def _publish(self, step: int, **metadata: Any) -> None:
+        """Tell the proxy a new policy version serves from now on (and, per agent, which model serves whom)."""
+        routing: dict[str, Any] = {}
+        if self.agent_adapters:
+            routing = {"upstream_model": BASE_MODEL, "agent_models": self.agent_adapters}
+        self.client.publish_model_version(
+            ModelVersionIn(name=f"step-{step}", metadata={"step": step, **metadata}, **routing)
         )
 
     def _stop_workers(self) -> None:
@@ -243,7 +268,7 @@ class TrainingRun:
             self.engine.weights_changed()
         t_update = time.monotonic() - t_update
         self._write_transitions(step, transitions)
-        self.client.publish_model_version(ModelVersionIn(name=f"step-{step + 1}", metadata={"step": step + 1}))
+        self._publish(step + 1)
         statuses = Counter(r.status.value for r in rollouts)
         finals = [r.final_reward for r in rollouts if r.final_reward is not None]
         row: dict[str, Any] = {
@@ -353,7 +378,7 @@ class TrainingRun:
                 self.client.cancel(r.id)
         kept = [r for r in self.metrics.rows() if r["step"] < step or (r["kind"] == "eval" and r["step"] == step)]
         self.metrics.path.write_text("".join(json.dumps(r) + "\n" for r in kept))
-        self.client.publish_model_version(ModelVersionIn(name=f"step-{step}", metadata={"step": step, "resumed": True}))
+        self._publish(step, resumed=True)
         self.console.print(f"resumed from {ckpt} at step {step}")
         return step
 
@@ -364,6 +389,8 @@ class TrainingRun:
         with ExitStack() as stack:
             self._start(stack)
             start = self._resume() if cfg.resume else 0
+            if start == 0:
+                self._publish(0)  # from the first rollout on, calls are routed (per agent) and versioned
             if start == 0 and not any(r["kind"] == "eval" and r["step"] == 0 for r in self.metrics.rows()):
                 self._evaluate(0)
             for step in range(start, cfg.steps):

@@ -12,12 +12,18 @@ k3 is the usual low-variance KL estimator exp(d) − d − 1 with d = log π_ref
 model (the LoRA adapter switched off), so it costs no extra copy. Sequences are left-padded so every response
 ends in the last column, and the vocabulary projection runs only over the response columns. The prompt
 beginning a micro-batch shares (an agent's system prompt, tools and examples) is computed once per pass.
+
+One policy per agent: with `agent_adapters` ({agent name: LoRA adapter name}) each agent's transitions train
+only its own adapter on the shared base model, with its own optimizer; the loss above is then normalised per
+agent (Σ over that agent's transitions), so an agent that makes many calls does not scale another's step.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+import re
+from collections import defaultdict
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -75,28 +81,85 @@ def lora_config(config: PolicyConfig) -> Any:
     )
 
 
-def wrap_lora(model: Any, config: PolicyConfig, adapter: str = "default") -> Any:
-    """The model with a fresh LoRA adapter (peft); the base weights are frozen."""
+def wrap_lora(model: Any, config: PolicyConfig, adapters: Sequence[str] = ("default",)) -> Any:
+    """The model with fresh LoRA adapters (peft), one per name; the base weights are frozen."""
     from peft import get_peft_model
 
-    return get_peft_model(model, lora_config(config), adapter_name=adapter)
+    if not adapters:
+        raise ValueError("wrap_lora needs at least one adapter name")
+    peft_model = get_peft_model(model, lora_config(config), adapter_name=adapters[0])
+    for name in adapters[1:]:
+        peft_model.add_adapter(name, lora_config(config))
+    return peft_model
+
+
+def adapter_name(agent: str) -> str:
+    """The LoRA adapter (and served model) name of an agent's policy: peft names may not hold dots, and the name
+    also becomes a folder of the checkpoint, so anything but letters, digits, `_` and `-` becomes `_`."""
+    return "policy-" + re.sub(r"[^A-Za-z0-9_-]+", "_", agent)
+
+
+def agent_adapters(agents: Sequence[str]) -> dict[str, str]:
+    """{agent: adapter name} for one policy per agent; refuses names that would share an adapter."""
+    out = {a: adapter_name(a) for a in sorted(agents)}
+    clashes = [a for a in out if list(out.values()).count(out[a]) > 1]
+    if clashes:
+        raise ValueError(f"agents {clashes} would share the adapter {out[clashes[0]]!r}: rename one of them")
+    return out
 
 
 class PolicyTrainer:
     """Computes log-probs and applies updates to `model` (a peft model when LoRA is on)."""
 
-    def __init__(self, model: Any, config: PolicyConfig, *, pad_id: int) -> None:
+    def __init__(
+        self, model: Any, config: PolicyConfig, *, pad_id: int, agent_adapters: Mapping[str, str] | None = None
+    ) -> None:
         self.model = model
         self.config = config
         self.pad_id = pad_id
         self.device = next(model.parameters()).device
+        self.agent_adapters = dict(agent_adapters or {})
         if config.kl_coef > 0 and not config.lora:
             raise ValueError("kl_coef > 0 needs LoRA (the reference is the base model with the adapter off)")
-        params = [p for p in model.parameters() if p.requires_grad]
-        if not params:
-            raise ValueError("the model has no trainable parameters")
-        self.optimizer = torch.optim.AdamW(params, lr=config.lr, weight_decay=config.weight_decay)
+        if self.agent_adapters and not config.lora:
+            raise ValueError("one policy per agent needs LoRA (each agent trains its own adapter)")
+        # the trained parameters, per adapter (None: the single policy, whatever is trainable)
+        self.params: dict[str | None, list[torch.nn.Parameter]] = {}
+        if self.agent_adapters:
+            for adapter in dict.fromkeys(self.agent_adapters.values()):
+                marker = f".{adapter}."
+                self.params[adapter] = [p for n, p in model.named_parameters() if marker in n]
+                if not self.params[adapter]:
+                    raise ValueError(f"the model has no LoRA adapter named {adapter!r}")
+        else:
+            self.params[None] = [p for p in model.parameters() if p.requires_grad]
+            if not self.params[None]:
+                raise ValueError("the model has no trainable parameters")
+        self.optimizers = {
+            adapter: torch.optim.AdamW(params, lr=config.lr, weight_decay=config.weight_decay)
+            for adapter, params in self.params.items()
+        }
         self.steps = 0
+
+    def _by_adapter(self, transitions: Sequence[Transition]) -> dict[str | None, list[Transition]]:
+        if not self.agent_adapters:
+            return {None: list(transitions)}
+        groups: dict[str | None, list[Transition]] = defaultdict(list)
+        for t in transitions:
+            adapter = self.agent_adapters.get(t.agent_name or "")
+            if adapter is None:
+                raise ValueError(
+                    f"transition {t.call_ids} comes from agent {t.agent_name!r}, which has no policy of its own "
+                    f"(policies: {sorted(self.agent_adapters)}); select only those agents for training"
+                )
+            groups[adapter].append(t)
+        return groups
+
+    def _activate(self, adapter: str | None) -> None:
+        if adapter is not None:
+            self.model.set_adapter(adapter)
+            for p in self.params[adapter]:
+                p.requires_grad_(True)
 
     # ------------------------------------------------------------------------------------ batching
 
@@ -165,31 +228,59 @@ class PolicyTrainer:
 
     @torch.no_grad()
     def logprobs(self, transitions: Sequence[Transition]) -> list[list[float]]:
-        """The current policy's log-probs of each transition's response tokens."""
+        """The current policy's log-probs of each transition's response tokens (each agent's own policy)."""
         self.model.eval()
         out: dict[int, list[float]] = {}
-        for batch in self._micro_batches(transitions):
-            x = self._tensors(batch)
-            lp = self._response_logprobs(self.model, x)
-            for i, t in enumerate(batch):
-                out[id(t)] = lp[i, lp.shape[1] - len(t.response_ids) :].tolist()
+        for adapter, group in self._by_adapter(transitions).items():
+            self._activate(adapter)
+            for batch in self._micro_batches(group):
+                x = self._tensors(batch)
+                lp = self._response_logprobs(self.model, x)
+                for i, t in enumerate(batch):
+                    out[id(t)] = lp[i, lp.shape[1] - len(t.response_ids) :].tolist()
         return [out[id(t)] for t in transitions]
 
     def update(self, transitions: Sequence[Transition]) -> UpdateStats:
-        """One optimizer step on `transitions` (gradients accumulated over micro-batches)."""
+        """One optimizer step per policy on `transitions` (gradients accumulated over micro-batches)."""
         stats = UpdateStats(transitions=len(transitions))
         useful = [t for t in transitions if t.advantage != 0.0 and t.weight > 0]
         stats.skipped_zero_advantage = len(transitions) - len(useful)
-        if not useful:
-            return stats
         for t in useful:
             if t.logprobs is None:
                 raise ValueError(f"transition {t.call_ids} has no behaviour log-probs; recompute them first")
+        groups = self._by_adapter(useful) if useful else {}
+        sums = {"loss": 0.0, "pg": 0.0, "kl": 0.0, "clipped": 0.0, "ratio": 0.0, "tokens": 0.0}
+        norms: dict[str | None, float] = {}
+        self.model.train()
+        for adapter, group in groups.items():
+            self._activate(adapter)
+            norms[adapter] = self._step(adapter, group, sums, stats)
+        self.model.eval()
+        if not groups:
+            return stats
+        self.steps += 1
+        tokens = max(sums["tokens"], 1.0)
+        stats.loss, stats.pg_loss = sums["loss"], sums["pg"]
+        stats.kl, stats.clip_fraction, stats.ratio_mean = (
+            sums["kl"] / tokens,
+            sums["clipped"] / tokens,
+            sums["ratio"] / tokens,
+        )
+        finite = [n for n in norms.values() if math.isfinite(n)]
+        stats.grad_norm = max(finite) if len(finite) == len(norms) else float("nan")
+        stats.tokens = int(sums["tokens"])
+        if self.agent_adapters:
+            for agent, adapter in self.agent_adapters.items():
+                stats.extra[f"grad_norm/{agent}"] = norms.get(adapter, 0.0)
+                stats.extra[f"transitions/{agent}"] = float(len(groups.get(adapter, [])))
+        return stats
+
+    def _step(self, adapter: str | None, useful: list[Transition], sums: dict[str, float], stats: UpdateStats) -> float:
+        """Accumulate the loss of one policy's transitions and step its optimizer; returns the gradient norm."""
         total_weight = sum(t.weight for t in useful)
         cfg = self.config
-        self.model.train()
-        self.optimizer.zero_grad(set_to_none=True)
-        sums = {"loss": 0.0, "pg": 0.0, "kl": 0.0, "clipped": 0.0, "ratio": 0.0, "tokens": 0.0}
+        optimizer = self.optimizers[adapter]
+        optimizer.zero_grad(set_to_none=True)
         for batch in self._micro_batches(useful):
             x = self._tensors(batch)
             new = self._response_logprobs(self.model, x)
@@ -221,24 +312,17 @@ class PolicyTrainer:
                 sums["ratio"] += float((ratio * mask).sum())
                 sums["tokens"] += n_tok
             stats.micro_batches += 1
-        params = [p for p in self.model.parameters() if p.requires_grad]
-        grad_norm = torch.nn.utils.clip_grad_norm_(params, cfg.max_grad_norm)
-        self.optimizer.step()
-        self.optimizer.zero_grad(set_to_none=True)
-        self.model.eval()
-        self.steps += 1
-        tokens = max(sums["tokens"], 1.0)
-        stats.loss, stats.pg_loss = sums["loss"], sums["pg"]
-        stats.kl, stats.clip_fraction, stats.ratio_mean = (
-            sums["kl"] / tokens,
-            sums["clipped"] / tokens,
-            sums["ratio"] / tokens,
-        )
-        stats.grad_norm = float(grad_norm) if math.isfinite(float(grad_norm)) else float("nan")
-        stats.tokens = int(sums["tokens"])
-        return stats
+        grad_norm = float(torch.nn.utils.clip_grad_norm_(self.params[adapter], cfg.max_grad_norm))
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+        return grad_norm if math.isfinite(grad_norm) else float("nan")
 
     # ------------------------------------------------------------------------------ checkpoints
+
+    def adapter_folder(self, path: str | Path, adapter: str | None = None) -> Path:
+        """Where `save(path)` puts an adapter: peft writes `default` at the top, any other name in a subfolder."""
+        root = Path(path) / "adapter"
+        return root if adapter in (None, "default") else root / adapter
 
     def save(self, path: str | Path) -> None:
         path = Path(path)
@@ -247,7 +331,8 @@ class PolicyTrainer:
             self.model.save_pretrained(path / "adapter")
         else:
             torch.save({k: v for k, v in self.model.state_dict().items()}, path / "model.pt")
-        torch.save({"optimizer": self.optimizer.state_dict(), "steps": self.steps}, path / "trainer.pt")
+        optimizers = {str(k): o.state_dict() for k, o in self.optimizers.items()}
+        torch.save({"optimizers": optimizers, "steps": self.steps}, path / "trainer.pt")
 
     def load(self, path: str | Path) -> None:
         path = Path(path)
@@ -255,9 +340,13 @@ class PolicyTrainer:
             from peft import set_peft_model_state_dict
             from safetensors.torch import load_file
 
-            set_peft_model_state_dict(self.model, load_file(str(path / "adapter" / "adapter_model.safetensors")))
+            names = list(self.params) if self.agent_adapters else [getattr(self.model, "active_adapter", "default")]
+            for name in names:
+                weights = load_file(str(self.adapter_folder(path, name) / "adapter_model.safetensors"))
+                set_peft_model_state_dict(self.model, weights, adapter_name=name or "default")
         else:
             self.model.load_state_dict(torch.load(path / "model.pt", map_location=self.device))
         state = torch.load(path / "trainer.pt", map_location=self.device, weights_only=False)
-        self.optimizer.load_state_dict(state["optimizer"])
+        for key, optimizer in self.optimizers.items():
+            optimizer.load_state_dict(state["optimizers"][str(key)])
         self.steps = int(state["steps"])

@@ -8,8 +8,10 @@ sent in one go, so a stream never shows a tool call as text or the start of a st
 
 Calls of evaluation rollouts (agl's proxy says so in `x-agl-rollout-mode: eval`) are all decoded at one
 `eval_temperature` (0, greedy, unless the trainer says otherwise), whatever the agent asked for.
-The requested model name picks a LoRA adapter when one of that name is loaded; any other name is served by the
-engine's current policy. A prompt longer than the model's context is refused with 400, as vLLM does.
+The requested model name picks a LoRA adapter when one of that name is loaded, `base` the model with adapters
+off; any other name is served by the engine's current policy. A prompt longer than the model's context is
+refused with 400, as vLLM does. New adapter weights are loaded while serving with `POST /v1/load_lora_adapter`
+`{"lora_name": ..., "lora_path": ...}` and dropped with `POST /v1/unload_lora_adapter` (vLLM's routes).
 """
 
 from __future__ import annotations
@@ -26,8 +28,9 @@ from starlette.requests import Request
 from starlette.responses import Response, StreamingResponse
 from starlette.routing import Route
 
+from agl_trainer.adapters import AdapterError, load_adapter, loaded_adapters, unload_adapter
 from agl_trainer.chat_format import parse_answer, render_prompt
-from agl_trainer.engine import Engine, GenerationRequest, GenerationResult
+from agl_trainer.engine import BASE_MODEL, Engine, GenerationRequest, GenerationResult
 
 DEFAULT_MAX_TOKENS = 512
 MODE_HEADER = "x-agl-rollout-mode"  # set by agl's proxy: "train" or "eval"
@@ -88,7 +91,7 @@ class ChatService:
             top_p=1.0 if top_p is None else float(top_p),
             stop=stop,
             seed=body.get("seed"),
-            adapter=model if model in self.adapters() else None,
+            adapter=model if model in self.adapters() or model == BASE_MODEL else None,
         )
         return request, {
             "tools": tools,
@@ -100,8 +103,29 @@ class ChatService:
         }
 
     def adapters(self) -> set[str]:
-        peft_config = getattr(self.engine.model, "peft_config", None)
-        return set(peft_config) if isinstance(peft_config, dict) else set()
+        return loaded_adapters(self.engine.model)
+
+    async def load_lora(self, request: Request) -> Response:
+        try:
+            body = orjson.loads(await request.body())
+            if not isinstance(body, dict) or not body.get("lora_name") or not body.get("lora_path"):
+                raise AdapterError("body must be a JSON object with 'lora_name' and 'lora_path'")
+            name, path = str(body["lora_name"]), str(body["lora_path"])
+            replaced = await asyncio.to_thread(load_adapter, self.engine, name, path)
+        except (AdapterError, orjson.JSONDecodeError) as exc:
+            return _error(400, str(exc))
+        verb = "replaced" if replaced else "loaded"
+        return Response(f"adapter {name!r} {verb} from {path}", media_type="text/plain")
+
+    async def unload_lora(self, request: Request) -> Response:
+        try:
+            body = orjson.loads(await request.body())
+            if not isinstance(body, dict) or not body.get("lora_name"):
+                raise AdapterError("body must be a JSON object with 'lora_name'")
+            await asyncio.to_thread(unload_adapter, self.engine, str(body["lora_name"]))
+        except (AdapterError, orjson.JSONDecodeError) as exc:
+            return _error(400, str(exc))
+        return Response(f"adapter {body['lora_name']!r} unloaded", media_type="text/plain")
 
     def _logprob_entries(self, ids: list[int], logprobs: list[float]) -> list[dict[str, Any]]:
         tokens = self.engine.tokenizer.convert_ids_to_tokens(ids)
@@ -232,7 +256,7 @@ class ChatService:
         yield b"data: [DONE]\n\n"
 
     async def models(self, request: Request) -> Response:
-        names = [self.served_model, *sorted(self.adapters())]
+        names = [self.served_model, *sorted(self.adapters()), *([BASE_MODEL] if self.adapters() else [])]
         data = [{"id": n, "object": "model", "created": 0, "owned_by": "agl"} for n in dict.fromkeys(names)]
         return Response(orjson.dumps({"object": "list", "data": data}), media_type="application/json")
 
@@ -253,6 +277,8 @@ def create_app(
         routes=[
             Route("/v1/chat/completions", service.chat, methods=["POST"]),
             Route("/v1/models", service.models, methods=["GET"]),
+            Route("/v1/load_lora_adapter", service.load_lora, methods=["POST"]),
+            Route("/v1/unload_lora_adapter", service.unload_lora, methods=["POST"]),
             Route("/health", service.health, methods=["GET"]),
         ]
     )

@@ -1,0 +1,115 @@
+"""Make a CrewAI agent's role the acting agl agent while that agent works, so its LLM requests carry the role.
+
+Why a wrap and not an event handler: CrewAI's event bus runs synchronous handlers on a thread pool of its own
+(with a copy of the emitter's context) and asynchronous ones on a background event loop. A handler can read the
+rollout the event came from, but it cannot set the current agent in the thread or task that goes on to send the
+LLM request. So the agent's own entry points are wrapped, at class level, with an `agl.agent(role)` scope: the
+scope is then set exactly where the agent's executor runs. CrewAI copies the context into every thread it starts
+for an agent (tasks with `async_execution`, `max_execution_time`, streaming crews, `kickoff_async`) and asyncio
+tasks inherit it, so the name follows the agent's requests there too. A delegated task runs the coworker's own
+`execute_task` inside the manager's scope: the innermost scope wins, so each call carries the agent that made it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import threading
+from collections.abc import Callable, Coroutine
+from typing import Any
+
+from crewai import Agent
+from crewai.events.event_bus import crewai_event_bus
+
+import agl
+
+# Sync and async entry points of an agent's work. `akickoff` calls `kickoff_async`, and `kickoff` hands over
+# to `kickoff_async` when called inside an event loop, so wrapping these four covers every path once.
+SYNC_METHODS = ("execute_task", "kickoff")
+ASYNC_METHODS = ("aexecute_task", "kickoff_async")
+
+# How long the end of an agent's work waits for CrewAI's handler threads to record its tool events.
+EVENT_FLUSH_TIMEOUT_S = 10.0
+
+_lock = threading.Lock()
+_originals: dict[str, Callable[..., Any]] = {}
+
+
+def agent_name(agent: Any) -> str | None:
+    """The name an agent's calls are attributed to: its `role` (see `name_of_role`)."""
+    return name_of_role(getattr(agent, "role", None))
+
+
+def name_of_role(role: Any) -> str | None:
+    """A role with whitespace runs collapsed to one space, or None for no role.
+
+    Roles written as YAML folded scalars (CrewAI's project template) end with a newline, which cannot travel in
+    an HTTP header and which `AGL_TRAIN_AGENTS` could never match; nothing else about the role is changed."""
+    if not isinstance(role, str):
+        return None
+    name = " ".join(role.split())
+    return name or None
+
+
+def _wait_for_tool_events() -> None:
+    # Tool events are handled on CrewAI's thread pool, a little after they happen. The runner reports the attempt
+    # as soon as the rollout function returns, so the agent's step is not over for agl until its tool spans are
+    # recorded. Only inside a rollout: outside one nothing is recorded and nothing needs waiting for.
+    if agl.current_rollout() is not None:
+        crewai_event_bus.flush(timeout=EVENT_FLUSH_TIMEOUT_S)
+
+
+def _scoped_sync(original: Callable[..., Any]) -> Callable[..., Any]:
+    @functools.wraps(original)
+    def run_as_agent(self: Any, *args: Any, **kwargs: Any) -> Any:
+        name = agent_name(self)
+        if name is None:  # nothing to name it by: its calls are stored as unattributed, never guessed
+            return original(self, *args, **kwargs)
+        with agl.agent(name):
+            try:
+                return original(self, *args, **kwargs)
+            finally:
+                _wait_for_tool_events()
+
+    return run_as_agent
+
+
+def _scoped_async(original: Callable[..., Coroutine[Any, Any, Any]]) -> Callable[..., Coroutine[Any, Any, Any]]:
+    @functools.wraps(original)
+    async def run_as_agent(self: Any, *args: Any, **kwargs: Any) -> Any:
+        name = agent_name(self)
+        if name is None:
+            return await original(self, *args, **kwargs)
+        with agl.agent(name):
+            try:
+                return await original(self, *args, **kwargs)
+            finally:
+                if agl.current_rollout() is not None:  # wait off the event loop: other agents keep running
+                    await asyncio.to_thread(_wait_for_tool_events)
+
+    return run_as_agent
+
+
+def install() -> None:
+    """Wrap `crewai.Agent`'s entry points in agent scopes. Idempotent."""
+    with _lock:
+        if _originals:
+            return
+        for name in SYNC_METHODS:
+            _originals[name] = getattr(Agent, name)
+            setattr(Agent, name, _scoped_sync(_originals[name]))
+        for name in ASYNC_METHODS:
+            _originals[name] = getattr(Agent, name)
+            setattr(Agent, name, _scoped_async(_originals[name]))
+
+
+def uninstall() -> None:
+    """Put `crewai.Agent`'s own methods back. Idempotent."""
+    with _lock:
+        for name, original in _originals.items():
+            setattr(Agent, name, original)
+        _originals.clear()
+
+
+def installed() -> bool:
+    return bool(_originals)

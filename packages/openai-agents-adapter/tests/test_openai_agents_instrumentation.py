@@ -1,0 +1,150 @@
+"""`instrument()` / `uninstrument()`: idempotent, removable, no import-time effect, nothing exported to OpenAI
+during a rollout, and the app unchanged outside one."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import subprocess
+import sys
+from typing import Any
+
+import pytest
+from agents import OpenAIChatCompletionsModel, Runner
+from agents.tracing import Span, Trace, TracingProcessor, add_trace_processor, set_trace_processors
+from agents.tracing import processors as sdk_processors
+from agents.tracing.processors import default_processor
+from conftest import load_example, trace_processors
+from openai import AsyncOpenAI
+from test_openai_agents_attribution import TASK, run_one
+
+import agl
+import agl_openai_agents
+from agl.client import Client
+from agl.processes import ServerProcess
+from agl_openai_agents import AglTracingProcessor, OutsideRollouts
+
+example = load_example()
+
+
+class Collecting(TracingProcessor):
+    """Stands in for the SDK's OpenAI exporter: keeps what it is given."""
+
+    def __init__(self) -> None:
+        self.items: list[Trace | Span[Any]] = []
+
+    def on_trace_start(self, trace: Trace) -> None:
+        self.items.append(trace)
+
+    def on_trace_end(self, trace: Trace) -> None:
+        pass
+
+    def on_span_start(self, span: Span[Any]) -> None:
+        pass
+
+    def on_span_end(self, span: Span[Any]) -> None:
+        self.items.append(span)
+
+    def shutdown(self) -> None:
+        pass
+
+    def force_flush(self) -> None:
+        pass
+
+
+@agl.rollout
+async def solve_uninstrumented(task: dict[str, Any], llm: agl.LLM) -> float:
+    """The example app without its `instrument()` line."""
+    async with AsyncOpenAI(base_url=llm.base_url, api_key=llm.api_key) as client:
+        model = OpenAIChatCompletionsModel(model=llm.model, openai_client=client)
+        result = await Runner.run(example.build_agents(model, task["instructions"]), task["question"])
+    return float(example.reward(result.final_output, task["answer"]))
+
+
+def test_importing_the_package_registers_nothing() -> None:
+    code = (
+        "import agl_openai_agents, agents.tracing.setup as setup\n"
+        "assert setup.GLOBAL_TRACE_PROVIDER is None, 'trace provider created at import'\n"
+        "assert not agl_openai_agents.is_instrumented()\n"
+        "from agents.tracing import get_trace_provider\n"
+        "print([type(p).__name__ for p in get_trace_provider()._multi_processor._processors])\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=60)
+    assert out.stdout.strip() == "['BatchTraceProcessor']"
+
+
+def test_instrument_is_idempotent_and_uninstrument_restores_the_processors() -> None:
+    mine_before, mine_after = Collecting(), Collecting()
+    add_trace_processor(mine_before)
+    original = trace_processors()
+    assert default_processor() in original
+
+    agl_openai_agents.instrument()
+    agl_openai_agents.instrument()
+    add_trace_processor(mine_after)  # registered by the user while instrumented: kept afterwards
+    installed = trace_processors()
+    assert sum(isinstance(p, AglTracingProcessor) for p in installed) == 1
+    (gate,) = [p for p in installed if isinstance(p, OutsideRollouts)]
+    assert gate.inner is default_processor()
+    assert default_processor() not in installed and mine_before in installed
+    assert agl_openai_agents.is_instrumented()
+
+    agl_openai_agents.uninstrument()
+    agl_openai_agents.uninstrument()
+    assert trace_processors() == [*original, mine_after]
+    assert not agl_openai_agents.is_instrumented()
+
+    # If the user replaced the processors in between, `instrument()` puts agl's back.
+    agl_openai_agents.instrument()
+    set_trace_processors([mine_before])
+    assert not agl_openai_agents.is_instrumented()
+    agl_openai_agents.instrument()
+    assert agl_openai_agents.is_instrumented()
+
+
+def test_after_uninstrument_calls_are_no_longer_attributed(agl_server: ServerProcess, agl_client: Client) -> None:
+    agl_openai_agents.instrument()
+    assert [c.agent_name for c in run_one(solve_uninstrumented, agl_server, agl_client).llm_calls] == [
+        "triage",
+        "triage",
+        "math",
+        "math",
+    ]
+    agl_openai_agents.uninstrument()
+    detail = run_one(solve_uninstrumented, agl_server, agl_client)
+    assert len(detail.llm_calls) == 4
+    assert all(c.agent_name is None and c.attribution.value == "unattributed" for c in detail.llm_calls)
+    assert not [s for s in detail.spans if s.name.startswith(("tool:", "agent:"))]
+
+
+def test_openai_export_sees_nothing_of_a_rollout_but_everything_outside_one(
+    agl_server: ServerProcess, agl_client: Client, agl_upstream: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    exporter = Collecting()
+    monkeypatch.setattr(sdk_processors, "_global_processor", exporter)  # what `default_processor()` returns
+    set_trace_processors([exporter])
+    agl_openai_agents.instrument()
+
+    detail = run_one(example.solve, agl_server, agl_client)
+    assert [c.agent_name for c in detail.llm_calls] == ["triage", "triage", "math", "math"]
+    assert exporter.items == []
+
+    reward = asyncio.run(example.solve(TASK, agl.LLM(base_url=agl_upstream, model="m", api_key="k")))
+    assert reward == 1.0
+    assert any(isinstance(item, Trace) for item in exporter.items)
+    assert len([i for i in exporter.items if isinstance(i, Span)]) >= 6  # agents, generations, tools, handoff
+
+
+def test_outside_a_rollout_the_instrumented_app_runs_unchanged(agl_upstream: str) -> None:
+    llm = agl.LLM(base_url=agl_upstream, model="m", api_key="k")
+    agl_openai_agents.instrument()
+    assert asyncio.run(example.solve(TASK, llm)) == 1.0
+    assert asyncio.run(example.solve({**TASK, "question": "What is 7 / 0?"}, llm)) == 0.0
+    assert agl.current_agent() is None and agl.current_rollout() is None
+
+
+def test_disabled_sdk_tracing_is_reported(monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
+    monkeypatch.setenv("OPENAI_AGENTS_DISABLE_TRACING", "1")
+    with caplog.at_level(logging.WARNING, logger="agl_openai_agents.instrumentation"):
+        agl_openai_agents.instrument()
+    assert "unattributed" in caplog.text
