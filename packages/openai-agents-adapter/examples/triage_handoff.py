@@ -57,7 +57,7 @@ def evaluate(expression: str) -> float:
         raise ValueError(f"not an arithmetic expression: {expression!r}")
 
     def value(node: ast.AST) -> float:
-        if isinstance(node, ast.Constant) and type(node.value) in (int, float):
+        if isinstance(node, ast.Constant) and isinstance(node.value, (int, float)) and not isinstance(node.value, bool):
             return float(node.value)
         if isinstance(node, ast.UnaryOp) and type(node.op) in _OPERATORS:
             return _OPERATORS[type(node.op)](value(node.operand))
@@ -70,7 +70,10 @@ def evaluate(expression: str) -> float:
             return _OPERATORS[type(node.op)](left, right)
         raise ValueError(f"unsupported in arithmetic: {ast.unparse(node)!r}")
 
-    return value(tree.body)
+    try:
+        return value(tree.body)
+    except OverflowError:
+        raise ValueError(f"result of {expression!r} is too large")
 
 
 @function_tool

@@ -1,59 +1,29 @@
 """The real SDK against a real `agl serve` and the scripted upstream: who made each LLM call, what the tools did.
 
-Every agent's instructions start with `You are <name>.`, so the agent a stored call really came from can be read
-from its request and compared with the name agl stored for it.
+The agent a stored call really came from is read from its request (`sent_by`) and compared with the name agl
+stored for it.
 """
 
 from __future__ import annotations
 
 import asyncio
+import itertools
 from typing import Any
 
+import openai
 from agents import Agent, OpenAIChatCompletionsModel, Runner
-from conftest import load_example
 from openai import AsyncOpenAI
 
 import agl
 import agl_openai_agents
 from agl.client import Client
 from agl.processes import ServerProcess
-from agl.schema import LLMCall, RolloutDetail, Span
+from agl.schema import RolloutDetail
 from agl.selection import AgentSelection
 from agl.transitions import build_episodes
+from openai_agents_support import SCRIPTED, TASK, final_reward, load_example, run_one, sent_by, spans_named
 
 example = load_example()
-
-# The scripted upstream calls the tools an `agl-tools:` line names, in order, then answers "The answer is X".
-SCRIPTED = {
-    "triage": "You are triage.\nagl-tools: classify, transfer_to_math",
-    "math": "You are math.\nagl-tools: calculator",
-}
-TASK = {"question": "What is 12 * 7?", "answer": 84, "instructions": SCRIPTED}
-
-
-def run_one(app: Any, server: ServerProcess, client: Client, task: Any = TASK) -> RolloutDetail:
-    (rollout,) = client.enqueue(task)
-    stats = agl.Runner(app, server.url, concurrency=1, heartbeat_s=0.5).run(max_rollouts=1)
-    assert stats.succeeded == 1, stats
-    detail = client.rollout_detail(rollout.id)
-    detail.llm_calls.sort(key=lambda c: c.seq)
-    return detail
-
-
-def sent_by(call: LLMCall) -> str:
-    """The agent whose instructions the request carries (its system message starts `You are <name>.`)."""
-    system = call.request["messages"][0]
-    assert system["role"] == "system"
-    return str(system["content"]).split(".")[0].removeprefix("You are ")
-
-
-def spans_named(detail: RolloutDetail, prefix: str) -> list[Span]:
-    return sorted((s for s in detail.spans if s.name.startswith(prefix)), key=lambda s: s.start_time)
-
-
-def final_reward(detail: RolloutDetail) -> float:
-    (final,) = [r for r in detail.rewards if r.source.value == "returned"]
-    return final.value
 
 
 def assert_triage_then_math(detail: RolloutDetail) -> None:
@@ -155,10 +125,14 @@ async def concurrent_runs(task: Any, llm: agl.LLM) -> None:
         model = OpenAIChatCompletionsModel(model=llm.model, openai_client=client)
 
         def lone(name: str) -> Agent[Any]:
-            return Agent(name=name, instructions=f"You are {name}.\nagl-tools: classify", tools=[example.classify], model=model)
+            return Agent(
+                name=name, instructions=f"You are {name}.\nagl-tools: classify", tools=[example.classify], model=model
+            )
 
         runs = [Runner.run(example.build_agents(model, SCRIPTED), "What is 2 + 3?")]
-        runs += [Runner.run(lone(name), f"{name}: what is {i} + 1?") for i, name in enumerate(["alpha", "beta", "gamma"])]
+        runs += [
+            Runner.run(lone(name), f"{name}: what is {i} + 1?") for i, name in enumerate(["alpha", "beta", "gamma"])
+        ]
         results = await asyncio.gather(*runs)
     assert [str(r.final_output) for r in results] == [
         "The answer is 5",
@@ -174,5 +148,50 @@ def test_concurrent_runs_in_asyncio_tasks_keep_their_own_agent(agl_server: Serve
     assert all(c.agent_name == sent_by(c) for c in calls), [(c.agent_name, sent_by(c)) for c in calls]
     names = [c.agent_name for c in calls]
     # The runs really overlapped: by sequence number, calls of different agents alternate.
-    switches = sum(a != b for a, b in zip(names, names[1:]))
+    switches = sum(a != b for a, b in itertools.pairwise(names))
     assert switches > 4, names
+
+
+@agl.rollout
+async def agent_as_tool(task: dict[str, Any], llm: agl.LLM) -> float:
+    """A `boss` agent that calls the math agent as a tool (a nested run) instead of handing off to it."""
+    agl_openai_agents.instrument()
+    async with AsyncOpenAI(base_url=llm.base_url, api_key=llm.api_key) as client:
+        model = OpenAIChatCompletionsModel(model=llm.model, openai_client=client)
+        math_agent = example.build_agents(model, SCRIPTED).handoffs[0]
+        ask_math = math_agent.as_tool(tool_name="ask_math", tool_description="Ask the math agent.")
+        boss = Agent(name="boss", instructions="You are boss.\nagl-tools: ask_math", tools=[ask_math], model=model)
+        result = await Runner.run(boss, task["question"])
+    return float(example.reward(result.final_output, task["answer"]))
+
+
+def test_an_agent_called_as_a_tool_has_its_own_name_and_the_caller_gets_its_name_back(
+    agl_server: ServerProcess, agl_client: Client
+) -> None:
+    detail = run_one(agent_as_tool, agl_server, agl_client)
+    assert [c.agent_name for c in detail.llm_calls] == ["boss", "math", "math", "boss"]
+    assert all(c.agent_name == sent_by(c) for c in detail.llm_calls)
+    tools = [(s.name, s.status.value, s.agent_name) for s in spans_named(detail, "tool:")]
+    assert sorted(tools) == [("tool:ask_math", "ok", "boss"), ("tool:calculator", "ok", "math")]
+    assert final_reward(detail) == 1.0
+
+
+@agl.rollout
+async def failed_run_then_plain_call(task: Any, llm: agl.LLM) -> None:
+    agl_openai_agents.instrument()
+    async with AsyncOpenAI(base_url=llm.base_url, api_key=llm.api_key, max_retries=0) as client:
+        model = OpenAIChatCompletionsModel(model=llm.model, openai_client=client)
+        try:
+            await Runner.run(example.build_agents(model, SCRIPTED), "What is 1 + 1? force_error:500")
+        except openai.InternalServerError:
+            pass
+        else:
+            raise AssertionError("the scripted upstream should have failed the call")
+        assert agl.current_agent() is None  # the failed run's agent does not linger
+        await client.chat.completions.create(model=llm.model, messages=[{"role": "user", "content": "plain"}])
+
+
+def test_a_failed_run_leaves_no_agent_behind(agl_server: ServerProcess, agl_client: Client) -> None:
+    failed, plain = run_one(failed_run_then_plain_call, agl_server, agl_client).llm_calls
+    assert (failed.agent_name, failed.status) == ("triage", "error")
+    assert (plain.agent_name, plain.attribution.value) == (None, "unattributed")

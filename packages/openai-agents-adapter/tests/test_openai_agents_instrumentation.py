@@ -11,45 +11,18 @@ from typing import Any
 
 import pytest
 from agents import OpenAIChatCompletionsModel, Runner
-from agents.tracing import Span, Trace, TracingProcessor, add_trace_processor, set_trace_processors
-from agents.tracing import processors as sdk_processors
+from agents.tracing import Span, Trace, add_trace_processor, set_trace_processors
 from agents.tracing.processors import default_processor
-from conftest import load_example, trace_processors
 from openai import AsyncOpenAI
-from test_openai_agents_attribution import TASK, run_one
 
 import agl
 import agl_openai_agents
 from agl.client import Client
 from agl.processes import ServerProcess
 from agl_openai_agents import AglTracingProcessor, OutsideRollouts
+from openai_agents_support import TASK, Collecting, load_example, run_one, trace_processors
 
 example = load_example()
-
-
-class Collecting(TracingProcessor):
-    """Stands in for the SDK's OpenAI exporter: keeps what it is given."""
-
-    def __init__(self) -> None:
-        self.items: list[Trace | Span[Any]] = []
-
-    def on_trace_start(self, trace: Trace) -> None:
-        self.items.append(trace)
-
-    def on_trace_end(self, trace: Trace) -> None:
-        pass
-
-    def on_span_start(self, span: Span[Any]) -> None:
-        pass
-
-    def on_span_end(self, span: Span[Any]) -> None:
-        self.items.append(span)
-
-    def shutdown(self) -> None:
-        pass
-
-    def force_flush(self) -> None:
-        pass
 
 
 @agl.rollout
@@ -118,11 +91,9 @@ def test_after_uninstrument_calls_are_no_longer_attributed(agl_server: ServerPro
 
 
 def test_openai_export_sees_nothing_of_a_rollout_but_everything_outside_one(
-    agl_server: ServerProcess, agl_client: Client, agl_upstream: str, monkeypatch: pytest.MonkeyPatch
+    agl_server: ServerProcess, agl_client: Client, agl_upstream: str, openai_export: Collecting
 ) -> None:
-    exporter = Collecting()
-    monkeypatch.setattr(sdk_processors, "_global_processor", exporter)  # what `default_processor()` returns
-    set_trace_processors([exporter])
+    exporter = openai_export
     agl_openai_agents.instrument()
 
     detail = run_one(example.solve, agl_server, agl_client)

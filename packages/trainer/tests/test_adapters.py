@@ -170,3 +170,32 @@ def test_new_adapter_weights_reach_a_running_engine_process(
         resp = httpx.post(f"{url}/{route}", json=body)
         assert resp.status_code == 400 and words in resp.json()["error"]["message"], (route, resp.text)
     assert ask(url, "policy-writer")["ids"] == second_ids  # a refused request changed nothing
+
+
+def test_remote_engine_backend_publishes_each_update_to_the_engine_process(
+    engine_process: str, tiny_model_dir: Path, tmp_path: Path
+) -> None:
+    """The trainer's policy lives here, the serving engine in another process: after each update the remote
+    backend saves the adapter and the engine serves exactly the weights this process has."""
+    from agl_trainer.backends import InferenceBackend, RemoteAdapterEngine
+
+    model, tokenizer = load_model(tiny_model_dir, device="cpu")
+    torch.manual_seed(0)
+    model = wrap_lora(model, PolicyConfig())
+    policy = PolicyTrainer(model, PolicyConfig(lr=5e-2), pad_id=tokenizer.pad_token_id)
+    local = Engine(model, tokenizer).start()
+    remote = RemoteAdapterEngine(engine_process, policy, tmp_path / "published")
+    assert isinstance(remote, InferenceBackend)
+    try:
+        for _ in range(2):
+            policy.update([sample(local, "Hello there", seed=s) for s in range(4)])
+            local.weights_changed()
+            remote.weights_changed()
+            expected = local.generate(GenerationRequest(prompt_ids(tokenizer), max_tokens=6, temperature=0.0))
+            served = ask(engine_process, "default")
+            assert served["ids"] == expected.token_ids
+            assert served["logprobs"] == pytest.approx(expected.logprobs, abs=1e-4)
+        assert sorted(p.name for p in (tmp_path / "published").iterdir()) == ["v1", "v2"]
+    finally:
+        remote.close()
+        local.close()

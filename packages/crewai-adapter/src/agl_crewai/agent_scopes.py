@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import logging
 import threading
 from collections.abc import Callable, Coroutine
 from typing import Any
@@ -31,7 +32,9 @@ ASYNC_METHODS = ("aexecute_task", "kickoff_async")
 # How long the end of an agent's work waits for CrewAI's handler threads to record its tool events.
 EVENT_FLUSH_TIMEOUT_S = 10.0
 
+log = logging.getLogger(__name__)
 _lock = threading.Lock()
+_warned_roles: set[str] = set()
 _originals: dict[str, Callable[..., Any]] = {}
 
 
@@ -41,14 +44,24 @@ def agent_name(agent: Any) -> str | None:
 
 
 def name_of_role(role: Any) -> str | None:
-    """A role with whitespace runs collapsed to one space, or None for no role.
+    """A role with whitespace runs collapsed to one space; None for no role or one that cannot be sent.
 
     Roles written as YAML folded scalars (CrewAI's project template) end with a newline, which cannot travel in
-    an HTTP header and which `AGL_TRAIN_AGENTS` could never match; nothing else about the role is changed."""
+    an HTTP header and which `AGL_TRAIN_AGENTS` could never match; nothing else about the role is changed. The
+    name travels to agl's proxy in an HTTP header, which agl-core sends as ASCII: a role with other characters
+    would make every LLM request of the agent fail, so its calls are left unattributed (and a warning says so).
+    """
     if not isinstance(role, str):
         return None
     name = " ".join(role.split())
-    return name or None
+    if not name:
+        return None
+    if not (name.isascii() and name.isprintable()):
+        if name not in _warned_roles:
+            _warned_roles.add(name)
+            log.warning("agl: CrewAI role %r is not plain ASCII; its LLM calls are stored unattributed", name)
+        return None
+    return name
 
 
 def _wait_for_tool_events() -> None:

@@ -97,7 +97,9 @@ def uninstrument() -> None:
         if _installed is None:
             return
         installed, _installed = _installed, None
-        restored = [p.inner if isinstance(p, OutsideRollouts) else p for p in _current_processors() if p is not installed]
+        restored = [
+            p.inner if isinstance(p, OutsideRollouts) else p for p in _current_processors() if p is not installed
+        ]
         set_trace_processors(restored)
 
 

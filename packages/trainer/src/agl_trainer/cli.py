@@ -127,6 +127,11 @@ def _read_config(path: str | None) -> dict[str, object]:
     default=None,
     help="One LoRA policy per selected agent on the shared base model (the others run on the base model).",
 )
+@click.option(
+    "--engine-url",
+    default=None,
+    help="Generate with an engine in another process (agl engine, vLLM with runtime LoRA) serving the same model.",
+)
 @click.option("--lr", type=float, default=None, help="Learning rate.  [default: 2e-4]")
 @click.option("--full-finetune", is_flag=True, default=None, help="Train all weights instead of a LoRA adapter.")
 @click.option("--kl", "kl_coef", type=float, default=None, help="KL penalty to the base model (LoRA only).")

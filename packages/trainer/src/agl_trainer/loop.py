@@ -16,6 +16,7 @@ no token ids, too long) are counted in every step's metrics and shown.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import math
@@ -40,7 +41,7 @@ from agl.processes import ServerProcess, start_server, start_worker
 from agl.schema import ModelVersionIn, Rollout, RolloutDetail
 from agl.selection import AgentSelection
 from agl.transitions import build_episodes
-from agl_trainer.backends import PolicyBackend
+from agl_trainer.backends import InferenceBackend, PolicyBackend, RemoteAdapterEngine
 from agl_trainer.engine import BASE_MODEL, Engine
 from agl_trainer.metrics import MetricsLog
 from agl_trainer.models import load_model, resolve_model
@@ -69,6 +70,9 @@ class TrainConfig:
     train_agents: str | None = None  # `writer,rewriter`; None: AGL_TRAIN_AGENTS, else every agent
     # one LoRA policy per selected agent on the shared base model; the other agents are served by the base model
     per_agent_policies: bool = False
+    # an OpenAI-compatible engine in another process serving the same base model (`agl engine`, vLLM with runtime
+    # LoRA loading): rollouts are generated there and each update's adapters are loaded into it; None: embedded
+    engine_url: str | None = None
     policy: PolicyConfig = field(default_factory=PolicyConfig)
     workers: int = 2
     concurrency: int = 8
@@ -104,6 +108,8 @@ class TrainConfig:
                 problems.append(f"{name} must be ≥ 1, got {getattr(self, name)}")
         if ":" not in self.agent:
             problems.append(f"agent {self.agent!r} must look like 'module:function' or 'path/file.py:function'")
+        if self.engine_url and not self.policy.lora:
+            problems.append("engine_url needs LoRA (the remote engine receives adapters, not full weights)")
         if self.per_agent_policies and not self.policy.lora:
             problems.append("per_agent_policies needs LoRA (each selected agent trains its own adapter)")
         if problems:
@@ -154,16 +160,27 @@ class TrainingRun:
         self.policy: PolicyBackend = PolicyTrainer(
             model, cfg.policy, pad_id=tokenizer.pad_token_id, agent_adapters=self.agent_adapters
         )
-        self.engine = Engine(model, tokenizer, max_batch=cfg.max_batch).start()
-        if self.agent_adapters:
-            self.engine.default_adapter = BASE_MODEL  # calls routed to no agent's policy: the base model
-        stack.callback(self.engine.close)
-        eval_temperature = cfg.temperature if cfg.eval_temperature is None else cfg.eval_temperature
-        front = EngineServer(
-            self.engine, default_temperature=cfg.temperature, eval_temperature=eval_temperature
-        ).start()
-        stack.callback(front.stop)
-        self.server: ServerProcess = start_server(self.run_dir, upstream=front.url, extra_args=["--log-level=warning"])
+        if cfg.engine_url:
+            # serving happens elsewhere (another `agl engine`, a vLLM server); its adapters get our weights now
+            remote = RemoteAdapterEngine(cfg.engine_url, self.policy, self.run_dir / "published")
+            stack.callback(remote.close)
+            remote.weights_changed()
+            self.inference: InferenceBackend = remote
+            self.weights_lock: contextlib.AbstractContextManager[Any] = contextlib.nullcontext()
+            self.upstream_model = None if self.agent_adapters else "default"
+            upstream, where = cfg.engine_url, cfg.engine_url
+        else:
+            engine = Engine(model, tokenizer, max_batch=cfg.max_batch).start()
+            if self.agent_adapters:
+                engine.default_adapter = BASE_MODEL  # calls routed to no agent's policy: the base model
+            stack.callback(engine.close)
+            eval_temperature = cfg.temperature if cfg.eval_temperature is None else cfg.eval_temperature
+            front = EngineServer(engine, default_temperature=cfg.temperature, eval_temperature=eval_temperature)
+            stack.callback(front.start().stop)
+            self.inference, self.weights_lock = engine, engine.lock  # no generation while the weights change
+            self.upstream_model = None
+            upstream, where = front.url, f"embedded engine on {engine.device}"
+        self.server: ServerProcess = start_server(self.run_dir, upstream=upstream, extra_args=["--log-level=warning"])
         stack.callback(self.server.stop)
         for i in range(cfg.workers):
             self.workers.append(
@@ -177,13 +194,13 @@ class TrainingRun:
         stack.callback(self._stop_workers)
         self.client = stack.enter_context(Client(self.server.url))
         self.console.print(
-            f"engine on {self.engine.device} · server {self.server.url} · {cfg.workers} workers × "
+            f"{where} · server {self.server.url} · {cfg.workers} workers × "
             f"{cfg.concurrency} · training {self.selection}"
         )
 
     def _publish(self, step: int, **metadata: Any) -> None:
         """Tell the proxy a new policy version serves from now on (and, per agent, which model serves whom)."""
-        routing: dict[str, Any] = {}
+        routing: dict[str, Any] = {"upstream_model": self.upstream_model}
         if self.agent_adapters:
             routing = {"upstream_model": BASE_MODEL, "agent_models": self.agent_adapters}
         self.client.publish_model_version(
@@ -263,9 +280,9 @@ class TrainingRun:
         credit = assign_credit(episodes, cfg.strategy, CreditConfig(gamma=cfg.gamma))
         transitions = [t for ep in episodes for t in ep.transitions]
         t_update = time.monotonic()
-        with self.engine.lock:  # no generation while the weights change
+        with self.weights_lock:
             update = self.policy.update(transitions)
-            self.engine.weights_changed()
+            self.inference.weights_changed()
         t_update = time.monotonic() - t_update
         self._write_transitions(step, transitions)
         self._publish(step + 1)
@@ -369,8 +386,9 @@ class TrainingRun:
             self.console.print("no checkpoint to resume from: starting at step 0")
             return 0
         ckpt = self.run_dir / "checkpoints" / latest.read_text().strip()
-        self.policy.load(ckpt)
-        self.engine.weights_changed()
+        with self.weights_lock:
+            self.policy.load(ckpt)
+            self.inference.weights_changed()
         step = int(json.loads((ckpt / "state.json").read_text())["step"])
         for status in ("queued", "running"):
             stale, _ = self.client.list_rollouts(status=status, limit=10_000)

@@ -1,0 +1,31 @@
+"""Shared set-up: CrewAI's telemetry off, agl's process fixtures, and CrewAI instrumented for each test."""
+
+from __future__ import annotations
+
+import os
+
+# Before CrewAI is imported anywhere (worker processes inherit them too). Never OTEL_SDK_DISABLED: agl uses OTel.
+os.environ["CREWAI_DISABLE_TELEMETRY"] = "true"
+os.environ["CREWAI_TRACING_ENABLED"] = "false"
+
+from collections.abc import Iterator  # noqa: E402
+from types import ModuleType  # noqa: E402
+
+import pytest  # noqa: E402
+from crewai_helpers import load_example  # noqa: E402
+
+import agl_crewai  # noqa: E402
+from agl.testing.fixtures import *  # noqa: E402, F403
+
+
+@pytest.fixture
+def example() -> ModuleType:
+    return load_example()
+
+
+@pytest.fixture
+def instrumented(example: ModuleType) -> Iterator[agl_crewai.AglListener]:
+    """CrewAI instrumented for the test, and again after it (the example instruments it at import)."""
+    listener = agl_crewai.instrument()
+    yield listener
+    agl_crewai.instrument()

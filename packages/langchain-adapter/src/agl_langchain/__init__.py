@@ -1,0 +1,16 @@
+"""agl adapter for LangChain and LangGraph.
+
+Pass `AglCallbackHandler()` in a run's callbacks (or bind it once with `with_agl(graph)`): each LLM call is then
+attributed to the agent that made it (the LangGraph node, or the `create_agent(name=...)`), and each tool run is
+recorded as a tool span with status ok / error. Importing this package patches and registers nothing.
+"""
+
+from __future__ import annotations
+
+from agl_langchain.binding import has_agl, with_agl
+from agl_langchain.handler import AglCallbackHandler
+from agl_langchain.naming import AGENT_NAME_KEY, NODE_KEY, agent_name_of
+
+__version__ = "0.1.0"
+
+__all__ = ["AGENT_NAME_KEY", "NODE_KEY", "AglCallbackHandler", "__version__", "agent_name_of", "has_agl", "with_agl"]
