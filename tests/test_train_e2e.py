@@ -175,3 +175,40 @@ def test_training_with_the_engine_in_another_process(tmp_path: Path) -> None:
     finally:
         proc.terminate()
         proc.wait(20)
+
+
+def test_langgraph_example_trains_only_the_selected_agents_policies(tmp_path: Path) -> None:
+    """The LangGraph writer → checker → rewriter graph, through the adapter, trained with one policy per selected
+    agent (writer, rewriter): their adapters change; the checker runs on the base model and gives no transitions."""
+    import dataclasses
+
+    model = build_tiny_llama(tmp_path / "tiny")
+    run_dir = tmp_path / "run"
+    tasks = [{"topic": f"topic {i}", "keyword": "sea", "max_words": 5} for i in range(4)]
+    cfg = dataclasses.replace(
+        config(run_dir, model, steps=2),
+        agent=str(Path(__file__).resolve().parent / "langgraph_train_agent.py") + ":essay",
+        train_tasks=tasks,
+        eval_tasks=tasks[:2],
+        train_agents="writer,rewriter",
+        per_agent_policies=True,
+    )
+    TrainingRun(cfg).run()
+
+    folder = run_dir / "checkpoints" / "step-2" / "adapter"
+    assert sorted(p.name for p in folder.iterdir() if p.is_dir()) == ["policy-rewriter", "policy-writer"]
+    for name in ("policy-rewriter", "policy-writer"):
+        adapter = load_file(str(folder / name / "adapter_model.safetensors"))
+        assert any(float(t.abs().max()) > 0 for key, t in adapter.items() if "lora_B" in key), name
+    written = [
+        json.loads(line)
+        for step in (0, 1)
+        for line in (run_dir / "transitions" / f"step-{step}.jsonl").read_text().splitlines()
+    ]
+    assert {row["agent"] for row in written} == {"writer", "rewriter"}
+    with Store(run_dir) as store:
+        rollouts, _ = store.list_rollouts(limit=1000)
+        details = store.rollout_details([r.id for r in rollouts])
+    assert all(d.rollout.status.value == "succeeded" for d in details)
+    served = {(c.agent_name, c.model) for d in details for c in d.llm_calls}
+    assert served == {("writer", "policy-writer"), ("checker", "base"), ("rewriter", "policy-rewriter")}
