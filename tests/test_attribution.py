@@ -207,3 +207,16 @@ def test_per_agent_model_versions_route_each_agents_calls_to_its_own_backend_mod
         ("writer", "agl-policy", "policy-writer", mv.version),
         ("inner", "agl-policy", "base", mv.version),
     ]
+
+
+@agl.rollout
+def unicode_agent(task: Any, llm: agl.LLM) -> None:
+    client = openai.OpenAI(base_url=llm.base_url, api_key=llm.api_key, max_retries=0)
+    for name in ("Rédacteur", "研究员 lead", "50% done"):
+        with agl.agent(name):
+            client.chat.completions.create(model=llm.model, messages=[{"role": "user", "content": "go"}])
+
+
+def test_agent_names_beyond_ascii_travel_intact(server: ServerProcess, client: Client) -> None:
+    calls = run_one(unicode_agent, server, client)
+    assert [c.agent_name for c in calls] == ["Rédacteur", "研究员 lead", "50% done"]

@@ -4,9 +4,9 @@ A `RoundRobinGroupChat` of two AssistantAgents: the `solver` works the answer ou
 `verifier` checks it and says APPROVE (which ends the chat). The reward is 1 when the solver's final number is
 the expected answer. The lines marked `# agl` are all the integration there is.
 
-    agl serve &                                                        # the store and the LLM proxy
-    agl worker examples/calculator_team.py:solve --server http://127.0.0.1:8000
-    AGL_TRAIN_AGENTS=solver agl train ...                              # train the solver only
+    agl serve &                                         # the store and the LLM proxy, on 127.0.0.1:8765
+    agl worker examples/calculator_team.py:solve        # runs rollouts of `solve` for the server
+    AGL_TRAIN_AGENTS=solver agl train examples/calculator_team.py:solve --tasks tasks.jsonl   # train the solver
 
 A task is `{"question": "What is 12+30?", "answer": 42}`; it may also carry `solver_prompt` / `verifier_prompt`
 to run the same team with other instructions (prompt experiments, the scripted test model).
@@ -54,8 +54,8 @@ _OPERATORS: dict[type, Callable[[Any, Any], Any]] = {
 
 
 def _evaluate(node: ast.AST) -> float:
-    if isinstance(node, ast.Constant) and type(node.value) in (int, float):
-        return node.value  # type: ignore[no-any-return]
+    if isinstance(node, ast.Constant) and isinstance(node.value, (int, float)) and not isinstance(node.value, bool):
+        return node.value
     if isinstance(node, ast.UnaryOp) and isinstance(node.op, (ast.UAdd, ast.USub)):
         value = _evaluate(node.operand)
         return value if isinstance(node.op, ast.UAdd) else -value
@@ -74,7 +74,9 @@ def calculator(expression: str) -> str:
     except SyntaxError as exc:
         raise ValueError(f"not an arithmetic expression: {expression!r}") from exc
     value = _evaluate(tree.body)  # raises on anything but numbers and operators, and on division by zero
-    return str(int(value)) if float(value).is_integer() else str(value)
+    if isinstance(value, float) and value.is_integer():
+        value = int(value)
+    return str(value)
 
 
 def model_client(llm: agl.LLM) -> OpenAIChatCompletionClient:

@@ -8,6 +8,7 @@ from collections.abc import Sequence
 from types import ModuleType
 from typing import Any
 
+import pytest
 from autogen_agentchat.agents import AssistantAgent, BaseChatAgent
 from autogen_agentchat.base import Response
 from autogen_agentchat.messages import BaseChatMessage, TextMessage
@@ -102,7 +103,6 @@ async def who_sees_the_name(task: Any, llm: agl.LLM) -> None:
     assert seen_by_consumer and set(seen_by_consumer) == {"app"}, seen_by_consumer
 
 
-
 def test_agent_name_is_inside_the_turn_only(run_rollout: Any) -> None:
     detail = run_rollout(who_sees_the_name, "t")
     assert [c.agent_name for c in detail.llm_calls] == ["solver", "checker"]
@@ -130,6 +130,7 @@ async def nested_agents(task: Any, llm: agl.LLM) -> None:
 def test_agent_used_as_a_tool_gets_its_own_name(example: ModuleType, run_rollout: Any) -> None:
     detail = run_rollout(nested_agents, "t")
     assert [c.agent_name for c in detail.llm_calls] == ["planner", "solver", "planner"]
+    assert sorted(s.name for s in detail.spans) == ["agent:planner", "agent:solver", "tool:calculator", "tool:solver"]
     spans = {s.name: s for s in detail.spans}
     assert spans["tool:calculator"].agent_name == "solver" and spans["tool:calculator"].status.value == "ok"
     assert spans["tool:solver"].agent_name == "planner" and spans["tool:solver"].status.value == "ok"
@@ -148,7 +149,9 @@ async def custom_agent(task: Any, llm: agl.LLM) -> None:
         def produced_message_types(self) -> Sequence[type[BaseChatMessage]]:
             return (TextMessage,)
 
-        async def on_messages(self, messages: Sequence[BaseChatMessage], cancellation_token: CancellationToken) -> Response:
+        async def on_messages(
+            self, messages: Sequence[BaseChatMessage], cancellation_token: CancellationToken
+        ) -> Response:
             text = "\n".join(m.to_text() for m in messages)
             result = await self._client.create([UserMessage(content=text, source="user")])
             return Response(chat_message=TextMessage(content=str(result.content), source=self.name))
@@ -167,3 +170,79 @@ def test_custom_agent_class_defined_after_instrument(run_rollout: Any) -> None:
     detail = run_rollout(custom_agent, "t")
     assert [c.agent_name for c in detail.llm_calls] == ["summarizer", "streamer"]
     assert sorted(s.name for s in detail.spans) == ["agent:streamer", "agent:summarizer"]
+
+
+@agl.rollout
+async def failing_agent(task: Any, llm: agl.LLM) -> None:
+    client = OpenAIChatCompletionClient(
+        model=llm.model,
+        base_url=llm.base_url,
+        api_key=llm.api_key,
+        model_info={**MODEL_INFO, "family": "unknown"},
+        max_retries=0,
+    )
+    try:
+        await AssistantAgent("boom", client).run(task="force_error:500")
+    except Exception as exc:  # the model's HTTP error reaches the caller through the agent
+        assert "500" in str(exc), exc
+    else:
+        raise AssertionError("the agent should have failed")
+    await client.close()
+
+
+def test_failed_turn_ends_its_agent_span_in_error(run_rollout: Any) -> None:
+    detail = run_rollout(failing_agent, "t")
+    (call,) = detail.llm_calls
+    assert (call.agent_name, call.status, call.http_status) == ("boom", "error", 500)
+    (span,) = detail.spans
+    assert span.name == "agent:boom" and span.status.value == "error"
+    assert "500" in (span.status_message or "")
+
+
+@agl.rollout
+async def code_runner(task: Any, llm: agl.LLM) -> None:
+    from autogen_agentchat.agents import CodeExecutorAgent
+    from autogen_ext.code_executors.local import LocalCommandLineCodeExecutor
+    from autogen_ext.models.replay import ReplayChatCompletionClient
+
+    # The scripted upstream cannot write multi-line code blocks; AutoGen's own replay client can (it makes no
+    # HTTP call, so only the code-execution spans are under test here).
+    for name, code in (("coder", "print(6 * 7)"), ("crasher", "raise SystemExit(3)")):
+        model = ReplayChatCompletionClient([f"```python\n{code}\n```", "Done."])
+        executor = LocalCommandLineCodeExecutor(work_dir=task["work_dir"])
+        await CodeExecutorAgent(name, code_executor=executor, model_client=model).run(task="Compute 6*7 in Python.")
+
+
+@pytest.mark.filterwarnings("ignore:.*(LocalCommandLineCodeExecutor|approval function).*:UserWarning")
+def test_code_execution_is_a_tool_span(run_rollout: Any, tmp_path: Any) -> None:
+    detail = run_rollout(code_runner, {"work_dir": str(tmp_path)})
+    runs = {s.agent_name: s for s in detail.spans if s.name == "tool:code_execution"}
+    assert runs["coder"].status.value == "ok" and runs["coder"].attributes["agl.tool.result"].strip() == "42"
+    assert runs["coder"].attributes["agl.tool.arguments"].strip() == "print(6 * 7)"
+    assert runs["crasher"].status.value == "error" and "exit code 3" in (runs["crasher"].status_message or "")
+
+
+@agl.rollout
+async def society_and_swarm(task: Any, llm: agl.LLM) -> None:
+    from autogen_agentchat.agents import SocietyOfMindAgent
+    from autogen_agentchat.conditions import TextMentionTermination
+    from autogen_agentchat.teams import Swarm
+
+    client = model_client(llm)
+    # SocietyOfMindAgent: an inner team, then the society's own call that writes the answer.
+    writer = AssistantAgent("writer", client, system_message="agl-say: draft")
+    editor = AssistantAgent("editor", client, system_message="agl-say: edited")
+    inner = RoundRobinGroupChat([writer, editor], max_turns=2)
+    await SocietyOfMindAgent("society", team=inner, model_client=client).run(task="write it")
+    # Swarm: the first agent hands off to the second with a tool call.
+    router = AssistantAgent("router", client, handoffs=["expert"], system_message="agl-tools: transfer_to_expert")
+    expert = AssistantAgent("expert", client, system_message="agl-say: DONE")
+    await Swarm([router, expert], termination_condition=TextMentionTermination("DONE")).run(task="route it")
+    await client.close()
+
+
+def test_society_of_mind_and_swarm(run_rollout: Any) -> None:
+    detail = run_rollout(society_and_swarm, "t")
+    assert [c.agent_name for c in detail.llm_calls] == ["writer", "editor", "society", "router", "expert"]
+    (handoff,) = [s for s in detail.spans if s.name.startswith("tool:")]
+    assert (handoff.name, handoff.agent_name, handoff.status.value) == ("tool:transfer_to_expert", "router", "ok")

@@ -1,10 +1,12 @@
 """A research crew that agl can train: a Researcher answers a question with a calculator, a Writer reports it.
 
-Train it (the Writer only, say) with agl workers running this function:
+Train the Writer only (the Researcher keeps running on the same model, but its calls are not trained):
 
-    AGL_TRAIN_AGENTS=Writer agl train ... --agent examples/research_crew.py:research_crew
+    AGL_TRAIN_AGENTS=Writer agl train examples/research_crew.py:research_crew --tasks questions.jsonl
 
-or run one rollout by hand against any OpenAI-compatible endpoint with `python examples/research_crew.py URL`.
+with one task a line, e.g. {"question": "What is 12 + 30?", "answer": 42}. `agl worker
+examples/research_crew.py:research_crew --server URL` runs it as a worker of a running `agl serve`, and
+`python examples/research_crew.py URL MODEL` runs one crew by hand against any OpenAI-compatible endpoint.
 The lines marked `# agl` are all that agl adds to an ordinary CrewAI app.
 """
 
@@ -22,11 +24,11 @@ from typing import Any
 os.environ.setdefault("CREWAI_DISABLE_TELEMETRY", "true")
 os.environ.setdefault("CREWAI_TRACING_ENABLED", "false")
 
-from crewai import LLM, Agent, Crew, Process, Task  # noqa: E402
-from crewai.tools import tool  # noqa: E402
+from crewai import LLM, Agent, Crew, Process, Task
+from crewai.tools import tool
 
-import agl  # noqa: E402  # agl
-import agl_crewai  # noqa: E402  # agl
+import agl  # agl
+import agl_crewai  # agl
 
 agl_crewai.instrument()  # agl: each agent's LLM calls carry its role; each tool run becomes a span
 
@@ -62,26 +64,24 @@ def calculator(expression: str) -> str:
     return str(int(result)) if result == int(result) else str(result)
 
 
-def build_crew(llm: agl.LLM, *, stream: bool = False, researcher_notes: str = "", writer_notes: str = "") -> Crew:
-    """The crew. `*_notes` are appended to an agent's backstory (agl's tests use them to script a fake model)."""
+def build_crew(llm: agl.LLM, *, stream: bool = False) -> Crew:
+    """The crew, on the model `llm` points at; `stream=True` makes `kickoff` stream its output."""
     model = LLM(
         model=f"openai/{llm.model}",  # agl: the policy being trained, served by agl's proxy ...
         base_url=llm.base_url,  # agl: ... at this rollout's own URL
         api_key=llm.api_key,  # agl
-        stream=stream,
-        temperature=0.7,
     )
     researcher = Agent(
         role="Researcher",
         goal="Find the exact answer to the question, computing every number with the calculator.",
-        backstory=f"You are meticulous and never do arithmetic in your head. {researcher_notes}".strip(),
+        backstory="You are meticulous and never do arithmetic in your head.",
         tools=[calculator],
         llm=model,
     )
     writer = Agent(
         role="Writer",
         goal="Report the researcher's answer in one clear sentence.",
-        backstory=f"You write short, precise reports. {writer_notes}".strip(),
+        backstory="You write short, precise reports.",
         llm=model,
     )
     research = Task(
@@ -107,11 +107,11 @@ def score(report: str, answer: float) -> float:
 @agl.rollout  # agl
 def research_crew(task: dict[str, Any], llm: agl.LLM) -> float:
     """One rollout: `task` is {"question": "What is 12 + 30?", "answer": 42}; the reward checks the report."""
-    crew = build_crew(llm, researcher_notes=task.get("researcher_notes", ""), writer_notes=task.get("writer_notes", ""))
+    crew = build_crew(llm)
     result = crew.kickoff(inputs={"question": task["question"]})
     return score(result.raw, task["answer"])
 
 
-if __name__ == "__main__":  # one rollout by hand, outside agl: `python research_crew.py http://localhost:8000/v1 MODEL`
-    endpoint = agl.LLM(base_url=sys.argv[1], model=sys.argv[2] if len(sys.argv) > 2 else "gpt-4o-mini")
-    print(research_crew({"question": "What is 12 + 30?", "answer": 42}, endpoint))
+if __name__ == "__main__":  # one crew by hand, without agl: python research_crew.py http://localhost:8000/v1 MODEL
+    endpoint = agl.LLM(base_url=sys.argv[1], model=sys.argv[2], api_key=os.environ.get("OPENAI_API_KEY", "none"))
+    print("reward", research_crew({"question": "What is 12 + 30?", "answer": 42}, endpoint))

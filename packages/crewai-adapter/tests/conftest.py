@@ -8,14 +8,14 @@ import os
 os.environ["CREWAI_DISABLE_TELEMETRY"] = "true"
 os.environ["CREWAI_TRACING_ENABLED"] = "false"
 
-from collections.abc import Iterator  # noqa: E402
-from types import ModuleType  # noqa: E402
+from collections.abc import Iterator
+from types import ModuleType
 
-import pytest  # noqa: E402
-from crewai_helpers import load_example  # noqa: E402
+import pytest
+from crewai_helpers import load_example
 
-import agl_crewai  # noqa: E402
-from agl.testing.fixtures import *  # noqa: E402, F403
+import agl_crewai
+from agl.testing.fixtures import *  # noqa: F403
 
 
 @pytest.fixture

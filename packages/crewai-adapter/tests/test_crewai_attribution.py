@@ -7,11 +7,14 @@ after it, and otherwise echoes the user message, so the Writer's report repeats 
 
 from __future__ import annotations
 
+import asyncio
 from types import ModuleType
 from typing import Any
 
 import pytest
 from crewai import LLM, Agent, Crew, Task
+from crewai.tools import tool
+from crewai_helpers import run_one
 
 import agl
 from agl.client import Client
@@ -20,7 +23,6 @@ from agl.schema import LLMCall, RolloutDetail
 from agl.selection import AgentSelection
 from agl.transitions import build_episodes
 from agl_crewai import AglListener
-from crewai_helpers import run_one
 
 QUESTION = {"question": "What is 12 + 30?", "answer": 42}
 pytestmark = pytest.mark.usefixtures("instrumented")
@@ -103,9 +105,52 @@ def test_streaming_crew_attributes_each_streamed_call(
     assert_research_crew_trace(detail)
 
 
-def test_agents_working_in_parallel_threads_keep_their_own_names(
-    agl_server: ServerProcess, agl_client: Client
+def test_standalone_agent_kickoff_sync_and_async(
+    example: ModuleType, agl_server: ServerProcess, agl_client: Client
 ) -> None:
+    @agl.rollout
+    def two_agents_without_a_crew(task: Any, llm: agl.LLM) -> None:
+        model = LLM(model=f"openai/{llm.model}", base_url=llm.base_url, api_key=llm.api_key)
+        solver = Agent(role="Solver", goal="Compute.", backstory="You compute.", tools=[example.calculator], llm=model)
+        checker = Agent(role="Checker", goal="Check.", backstory="You check.", llm=model)
+        answer = solver.kickoff("What is 6 * 7?")
+        assert "42" in answer.raw
+        asyncio.run(checker.kickoff_async(f"Check this: {answer.raw}"))
+
+    detail = run_one(two_agents_without_a_crew, agl_server, agl_client, "t")
+    assert [c.agent_name for c in calls_of(detail)] == ["Solver", "Solver", "Checker"]
+    assert [(s.name, s.status.value, s.agent_name) for s in detail.spans if s.name.startswith("tool:")] == [
+        ("tool:calculator", "ok", "Solver")
+    ]
+
+
+def test_an_agent_working_inside_another_agents_tool_gets_its_own_name(
+    example: ModuleType, agl_server: ServerProcess, agl_client: Client
+) -> None:
+    """What delegation does: a coworker works inside the manager's tool call; the innermost agent wins."""
+
+    @agl.rollout
+    def manager_with_an_expert(task: Any, llm: agl.LLM) -> None:
+        model = LLM(model=f"openai/{llm.model}", base_url=llm.base_url, api_key=llm.api_key)
+        expert = Agent(role="Expert", goal="Compute.", backstory="You compute.", tools=[example.calculator], llm=model)
+
+        @tool("ask_expert")
+        def ask_expert(expression: str) -> str:
+            """Ask the expert to compute an arithmetic expression."""
+            return str(expert.kickoff(f"Compute {expression}").raw)
+
+        manager = Agent(role="Manager", goal="Answer.", backstory="You manage.", tools=[ask_expert], llm=model)
+        question = Task(description="What is 6 * 7?", expected_output="a number", agent=manager)
+        Crew(agents=[manager], tasks=[question]).kickoff()
+
+    detail = run_one(manager_with_an_expert, agl_server, agl_client, "t")
+    assert [c.agent_name for c in calls_of(detail)] == ["Manager", "Expert", "Expert", "Manager"]
+    spans = {s.name: s for s in detail.spans}
+    assert (spans["tool:ask_expert"].agent_name, spans["tool:calculator"].agent_name) == ("Manager", "Expert")
+    assert spans["agent:Expert"].parent_id == spans["agent:Manager"].span_id
+
+
+def test_agents_working_in_parallel_threads_keep_their_own_names(agl_server: ServerProcess, agl_client: Client) -> None:
     """Tasks with `async_execution` run at once in CrewAI's threads; a YAML-style role is tidied."""
 
     @agl.rollout
@@ -116,7 +161,9 @@ def test_agents_working_in_parallel_threads_keep_their_own_names(
             for role in ("Historian", "Geographer", "Economist")
         ]
         editor = Agent(role="Chief\n  Editor\n", goal="Merge notes.", backstory="You edit.", llm=model)
-        tasks = [Task(description="Take notes", expected_output="notes", agent=a, async_execution=True) for a in experts]
+        tasks = [
+            Task(description="Take notes", expected_output="notes", agent=a, async_execution=True) for a in experts
+        ]
         tasks.append(Task(description="Merge the notes", expected_output="one text", agent=editor, context=tasks))
         Crew(agents=[*experts, editor], tasks=tasks).kickoff()
 
@@ -125,7 +172,7 @@ def test_agents_working_in_parallel_threads_keep_their_own_names(
     assert sorted(c.agent_name or "" for c in calls) == ["Chief Editor", "Economist", "Geographer", "Historian"]
     for call in calls:  # each request came from the agent whose name it carries
         system_prompt = " ".join(str(call.request["messages"][0]["content"]).split())
-        assert system_prompt.startswith(f"You are {call.agent_name}."), (call.agent_name, system_prompt)
+        assert system_prompt.startswith(f"You are {call.agent_name}"), (call.agent_name, system_prompt)
 
 
 def test_a_role_that_cannot_travel_in_a_header_is_left_unattributed(

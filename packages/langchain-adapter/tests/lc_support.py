@@ -7,6 +7,7 @@ system prompt both scripts its answer and tells which agent sent a stored call.
 from __future__ import annotations
 
 import asyncio
+import collections
 import importlib.util
 import threading
 from pathlib import Path
@@ -53,7 +54,9 @@ def chat_model(llm: agl.LLM, **kwargs: Any) -> ChatOpenAI:
     return ChatOpenAI(base_url=llm.base_url, api_key=llm.api_key, model=llm.model, max_retries=0, **kwargs)
 
 
-def run_rollout(app: Any, server: ServerProcess, client: Client, task: Any = "t", succeed: bool = True) -> RolloutDetail:
+def run_rollout(
+    app: Any, server: ServerProcess, client: Client, task: Any = "t", succeed: bool = True
+) -> RolloutDetail:
     (rollout,) = client.enqueue(task)
     stats = agl.Runner(app, server.url, concurrency=1, heartbeat_s=0.5).run(max_rollouts=1)
     assert stats.succeeded == int(succeed), stats
@@ -126,18 +129,21 @@ class SyncBarrier(BaseCallbackHandler):
 
 
 class AsyncBarrier(AsyncCallbackHandler):
+    """`SyncBarrier` for asyncio tasks (awaited inline, in the task that makes the call)."""
+
     run_inline = True
 
     def __init__(self, parties: int = 2) -> None:
-        self.parties, self.arrived, self.all_in = parties, 0, asyncio.Event()
+        self.parties, self.arrived, self.generation = parties, 0, 0
+        self.released: dict[int, asyncio.Event] = collections.defaultdict(asyncio.Event)
 
     async def on_chat_model_start(self, *args: Any, **kwargs: Any) -> None:
+        generation = self.generation
         self.arrived += 1
-        if self.arrived % self.parties == 0:
-            self.all_in.set()
-        await asyncio.wait_for(self.all_in.wait(), 10)
-        if self.arrived % self.parties == 0:
-            self.all_in = asyncio.Event()
+        if self.arrived == self.parties:
+            self.arrived, self.generation = 0, generation + 1
+            self.released[generation].set()
+        await asyncio.wait_for(self.released[generation].wait(), 10)
 
 
 def parallel_graph(model: BaseChatModel, *, asynchronous: bool, turns: int = 2) -> CompiledStateGraph:

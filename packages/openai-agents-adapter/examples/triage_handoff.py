@@ -20,7 +20,7 @@ import re
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from agents import Agent, Model, OpenAIChatCompletionsModel, Runner, function_tool
+from agents import Agent, OpenAIChatCompletionsModel, RunConfig, Runner, function_tool
 from openai import AsyncOpenAI
 
 import agl  # agl
@@ -89,7 +89,7 @@ def classify(question: str) -> str:
     return "arithmetic" if re.search(r"\d\s*[-+*/^%]\s*\d", question) else "other"
 
 
-def build_agents(model: Model, instructions: Mapping[str, str] | None = None) -> Agent[Any]:
+def build_agents(instructions: Mapping[str, str] | None = None) -> Agent[Any]:
     """The triage agent, which can hand off to the math agent; `instructions` replaces prompts by agent name."""
     prompts = {"triage": TRIAGE_INSTRUCTIONS, "math": MATH_INSTRUCTIONS, **(instructions or {})}
     math_agent = Agent(
@@ -97,9 +97,8 @@ def build_agents(model: Model, instructions: Mapping[str, str] | None = None) ->
         handoff_description="Solves arithmetic questions with a calculator.",
         instructions=prompts["math"],
         tools=[calculator],
-        model=model,
     )
-    return Agent(name="triage", instructions=prompts["triage"], tools=[classify], handoffs=[math_agent], model=model)
+    return Agent(name="triage", instructions=prompts["triage"], tools=[classify], handoffs=[math_agent])
 
 
 def reward(final_output: Any, answer: float) -> float:
@@ -111,8 +110,10 @@ def reward(final_output: Any, answer: float) -> float:
 @agl.rollout  # agl
 async def solve(task: dict[str, Any], llm: agl.LLM) -> float:
     agl_openai_agents.instrument()  # agl: name each agent's LLM calls, record tool spans (idempotent)
-    # The agl proxy speaks Chat Completions, not the Responses API.
-    async with AsyncOpenAI(base_url=llm.base_url, api_key=llm.api_key) as client:
+    async with AsyncOpenAI(base_url=llm.base_url, api_key=llm.api_key) as client:  # agl: the model being trained
+        # One model for every agent of the run, handoffs included; the agl proxy speaks Chat Completions.
         model = OpenAIChatCompletionsModel(model=llm.model, openai_client=client)
-        result = await Runner.run(build_agents(model, task.get("instructions")), task["question"])
+        result = await Runner.run(
+            build_agents(task.get("instructions")), task["question"], run_config=RunConfig(model=model)
+        )
     return reward(result.final_output, task["answer"])

@@ -11,7 +11,7 @@ import itertools
 from typing import Any
 
 import openai
-from agents import Agent, OpenAIChatCompletionsModel, Runner
+from agents import Agent, OpenAIChatCompletionsModel, RunConfig, Runner, function_tool
 from openai import AsyncOpenAI
 
 import agl
@@ -37,7 +37,9 @@ def assert_triage_then_math(detail: RolloutDetail) -> None:
 def solve_sync(task: dict[str, Any], llm: agl.LLM) -> float:
     agl_openai_agents.instrument()
     model = OpenAIChatCompletionsModel(model=llm.model, openai_client=AsyncOpenAI(base_url=llm.base_url, api_key="k"))
-    result = Runner.run_sync(example.build_agents(model, task["instructions"]), task["question"])
+    result = Runner.run_sync(
+        example.build_agents(task["instructions"]), task["question"], run_config=RunConfig(model=model)
+    )
     return float(example.reward(result.final_output, task["answer"]))
 
 
@@ -46,7 +48,9 @@ async def solve_streamed(task: dict[str, Any], llm: agl.LLM) -> float:
     agl_openai_agents.instrument()
     async with AsyncOpenAI(base_url=llm.base_url, api_key=llm.api_key) as client:
         model = OpenAIChatCompletionsModel(model=llm.model, openai_client=client)
-        result = Runner.run_streamed(example.build_agents(model, task["instructions"]), task["question"])
+        result = Runner.run_streamed(
+            example.build_agents(task["instructions"]), task["question"], run_config=RunConfig(model=model)
+        )
         deltas = [e async for e in result.stream_events() if e.type == "raw_response_event"]
     assert deltas  # it really streamed
     return float(example.reward(result.final_output, task["answer"]))
@@ -124,14 +128,15 @@ async def concurrent_runs(task: Any, llm: agl.LLM) -> None:
     async with AsyncOpenAI(base_url=llm.base_url, api_key=llm.api_key) as client:
         model = OpenAIChatCompletionsModel(model=llm.model, openai_client=client)
 
-        def lone(name: str) -> Agent[Any]:
-            return Agent(
-                name=name, instructions=f"You are {name}.\nagl-tools: classify", tools=[example.classify], model=model
-            )
+        config = RunConfig(model=model)
 
-        runs = [Runner.run(example.build_agents(model, SCRIPTED), "What is 2 + 3?")]
+        def lone(name: str) -> Agent[Any]:
+            return Agent(name=name, instructions=f"You are {name}.\nagl-tools: classify", tools=[example.classify])
+
+        runs = [Runner.run(example.build_agents(SCRIPTED), "What is 2 + 3?", run_config=config)]
         runs += [
-            Runner.run(lone(name), f"{name}: what is {i} + 1?") for i, name in enumerate(["alpha", "beta", "gamma"])
+            Runner.run(lone(name), f"{name}: what is {i} + 1?", run_config=config)
+            for i, name in enumerate(["alpha", "beta", "gamma"])
         ]
         results = await asyncio.gather(*runs)
     assert [str(r.final_output) for r in results] == [
@@ -158,10 +163,10 @@ async def agent_as_tool(task: dict[str, Any], llm: agl.LLM) -> float:
     agl_openai_agents.instrument()
     async with AsyncOpenAI(base_url=llm.base_url, api_key=llm.api_key) as client:
         model = OpenAIChatCompletionsModel(model=llm.model, openai_client=client)
-        math_agent = example.build_agents(model, SCRIPTED).handoffs[0]
+        math_agent = example.build_agents(SCRIPTED).handoffs[0]
         ask_math = math_agent.as_tool(tool_name="ask_math", tool_description="Ask the math agent.")
-        boss = Agent(name="boss", instructions="You are boss.\nagl-tools: ask_math", tools=[ask_math], model=model)
-        result = await Runner.run(boss, task["question"])
+        boss = Agent(name="boss", instructions="You are boss.\nagl-tools: ask_math", tools=[ask_math])
+        result = await Runner.run(boss, task["question"], run_config=RunConfig(model=model))
     return float(example.reward(result.final_output, task["answer"]))
 
 
@@ -182,7 +187,9 @@ async def failed_run_then_plain_call(task: Any, llm: agl.LLM) -> None:
     async with AsyncOpenAI(base_url=llm.base_url, api_key=llm.api_key, max_retries=0) as client:
         model = OpenAIChatCompletionsModel(model=llm.model, openai_client=client)
         try:
-            await Runner.run(example.build_agents(model, SCRIPTED), "What is 1 + 1? force_error:500")
+            await Runner.run(
+                example.build_agents(SCRIPTED), "What is 1 + 1? force_error:500", run_config=RunConfig(model=model)
+            )
         except openai.InternalServerError:
             pass
         else:
@@ -195,3 +202,28 @@ def test_a_failed_run_leaves_no_agent_behind(agl_server: ServerProcess, agl_clie
     failed, plain = run_one(failed_run_then_plain_call, agl_server, agl_client).llm_calls
     assert (failed.agent_name, failed.status) == ("triage", "error")
     assert (plain.agent_name, plain.attribution.value) == (None, "unattributed")
+
+
+@agl.rollout
+async def tool_that_calls_the_llm(task: Any, llm: agl.LLM) -> None:
+    """A sync tool (the SDK runs it in a thread) whose own code asks the LLM: the call is part of the agent's turn."""
+    agl_openai_agents.instrument()
+
+    @function_tool
+    def second_opinion(question: str) -> str:
+        """Ask another model."""
+        helper = openai.OpenAI(base_url=llm.base_url, api_key=llm.api_key, max_retries=0)
+        reply = helper.chat.completions.create(model=llm.model, messages=[{"role": "user", "content": question}])
+        return reply.choices[0].message.content or ""
+
+    async with AsyncOpenAI(base_url=llm.base_url, api_key=llm.api_key) as client:
+        writer = Agent(name="writer", instructions="You are writer.\nagl-tools: second_opinion", tools=[second_opinion])
+        model = OpenAIChatCompletionsModel(model=llm.model, openai_client=client)
+        result = await Runner.run(writer, "is 2 + 2 = 4?", run_config=RunConfig(model=model))
+    assert result.final_output == "The answer is Echo: is 2 + 2 = 4?"
+
+
+def test_llm_calls_inside_a_tool_carry_the_calling_agents_name(agl_server: ServerProcess, agl_client: Client) -> None:
+    calls = run_one(tool_that_calls_the_llm, agl_server, agl_client).llm_calls
+    assert [c.agent_name for c in calls] == ["writer", "writer", "writer"]
+    assert [c.request["messages"][0]["role"] for c in calls] == ["system", "user", "system"]  # the middle: the tool's

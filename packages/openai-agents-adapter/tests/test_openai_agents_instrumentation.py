@@ -10,7 +10,7 @@ import sys
 from typing import Any
 
 import pytest
-from agents import OpenAIChatCompletionsModel, Runner
+from agents import OpenAIChatCompletionsModel, RunConfig, Runner
 from agents.tracing import Span, Trace, add_trace_processor, set_trace_processors
 from agents.tracing.processors import default_processor
 from openai import AsyncOpenAI
@@ -30,7 +30,8 @@ async def solve_uninstrumented(task: dict[str, Any], llm: agl.LLM) -> float:
     """The example app without its `instrument()` line."""
     async with AsyncOpenAI(base_url=llm.base_url, api_key=llm.api_key) as client:
         model = OpenAIChatCompletionsModel(model=llm.model, openai_client=client)
-        result = await Runner.run(example.build_agents(model, task["instructions"]), task["question"])
+        config = RunConfig(model=model)
+        result = await Runner.run(example.build_agents(task["instructions"]), task["question"], run_config=config)
     return float(example.reward(result.final_output, task["answer"]))
 
 

@@ -22,11 +22,11 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-import agl
 from autogen_agentchat.agents import BaseChatAgent
 from autogen_agentchat.teams._group_chat._base_group_chat_manager import BaseGroupChatManager
 from autogen_core import MessageContext
 
+import agl
 from agl_autogen.turns import ORIGINAL, wrap_on_messages, wrap_on_messages_stream
 
 _AGENT_METHODS: dict[str, Callable[[Any], Any]] = {
@@ -69,9 +69,11 @@ def _patch_agent_class(cls: type) -> None:
 
 
 def _all_subclasses(cls: type) -> list[type]:
-    found, pending = [cls], [cls]
+    found: list[type] = [cls]
+    pending: list[type] = [cls]
     while pending:
-        for sub in pending.pop().__subclasses__():
+        subclasses: list[type] = pending.pop().__subclasses__()
+        for sub in subclasses:
             if sub not in found:
                 found.append(sub)
                 pending.append(sub)
@@ -79,7 +81,7 @@ def _all_subclasses(cls: type) -> list[type]:
 
 
 def _patch_future_agent_classes() -> None:
-    def init_subclass(cls: type[BaseChatAgent], **kwargs: Any) -> None:
+    def init_subclass(cls: type[BaseChatAgent], /, **kwargs: Any) -> None:
         super(BaseChatAgent, cls).__init_subclass__(**kwargs)
         _patch_agent_class(cls)
 

@@ -1,4 +1,4 @@
-"""Turn an agent's tool-call events into agl tool spans with status ok / error.
+"""Turn an agent's tool-call and code-execution events into agl tool spans with status ok / error.
 
 AgentChat reports every tool call an agent makes as two events in the agent's stream: `ToolCallRequestEvent`
 (what the model asked for) and `ToolCallExecutionEvent` (one `FunctionExecutionResult` per call, with
@@ -6,6 +6,8 @@ AgentChat reports every tool call an agent makes as two events in the agent's st
 or around the tool itself (arguments that are not JSON, a tool name the model made up, an exception inside a
 workbench tool) and turns them into an error result the model sees: those must become `error` spans too, and
 only the result event carries all of them, whatever workbench (static, MCP, ...) ran the tool.
+`CodeExecutorAgent` reports the code it runs the same way (`CodeGenerationEvent`, then `CodeExecutionEvent`
+with the exit code): each run becomes a `tool:code_execution` span, `error` when the exit code is not 0.
 """
 
 from __future__ import annotations
@@ -14,18 +16,18 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
+from autogen_agentchat.messages import (
+    CodeExecutionEvent,
+    CodeGenerationEvent,
+    ToolCallExecutionEvent,
+    ToolCallRequestEvent,
+)
+
 import agl
 from agl.tracing import attributes as attr
 from agl.tracing.context import RolloutContext
-from autogen_agentchat.messages import ToolCallExecutionEvent, ToolCallRequestEvent
-from autogen_core import FunctionCall
-from autogen_core.models import FunctionExecutionResult
 
-
-@dataclass
-class _Requested:
-    call: FunctionCall
-    seen_at: float
+CODE_EXECUTION = "code_execution"
 
 
 @dataclass
@@ -39,42 +41,66 @@ class ToolSpanRecorder:
     agent_name: str
     rollout: RolloutContext
     parent_span_id: str | None
-    _requested: dict[str, _Requested] = field(default_factory=dict)
-    _recorded: dict[int, FunctionExecutionResult] = field(default_factory=dict)
+    _requests: dict[str, tuple[str, float]] = field(default_factory=dict)  # call id -> (arguments, seen at)
+    _code: tuple[str, float] | None = None  # the code last generated, and when
+    _recorded: dict[int, object] = field(default_factory=dict)
 
     def observe(self, item: Any) -> None:
+        # An agent may pass on another agent's events (an `AgentTool` streams the inner agent's tool calls
+        # into the outer agent's stream): those are the other agent's, recorded in its own turn.
+        if getattr(item, "source", None) != self.agent_name:
+            return
         if isinstance(item, ToolCallRequestEvent):
-            now = time.time()
             for call in item.content:
-                self._requested.setdefault(call.id, _Requested(call, now))
+                if call.id:  # optional for some models: without one, start and arguments stay unknown
+                    self._requests.setdefault(call.id, (call.arguments, time.time()))
         elif isinstance(item, ToolCallExecutionEvent):
             for result in item.content:
-                self._record(result)
+                if not self._first_sight(result):
+                    continue
+                arguments, start = self._requests.get(result.call_id, (None, None))
+                error = result.content if result.is_error else None
+                self._record(result.name, result.call_id, arguments, result.content, start, error)
+        elif isinstance(item, CodeGenerationEvent) and item.code_blocks:
+            self._code = ("\n\n".join(block.code for block in item.code_blocks), time.time())
+        elif isinstance(item, CodeExecutionEvent) and self._first_sight(item):
+            code, start = self._code or (None, None)
+            failed = item.result.exit_code != 0
+            message = f"exit code {item.result.exit_code}: {item.result.output[-500:]}" if failed else None
+            self._record(CODE_EXECUTION, None, code, item.result.output, start, message)
 
     def observe_all(self, items: Any) -> None:
         for item in items or ():
             self.observe(item)
 
-    def _record(self, result: FunctionExecutionResult) -> None:
-        if id(result) in self._recorded:
-            return
-        self._recorded[id(result)] = result  # holding it keeps its id from being reused during the turn
+    def _first_sight(self, obj: object) -> bool:
+        if id(obj) in self._recorded:
+            return False
+        self._recorded[id(obj)] = obj  # holding it keeps its id from being reused during the turn
+        return True
+
+    def _record(
+        self,
+        name: str,
+        call_id: str | None,
+        arguments: str | None,
+        result: str,
+        start: float | None,
+        error: str | None,
+    ) -> None:
         end = time.time()
-        # Call ids are optional for some models; without one the start and arguments are unknown.
-        requested = self._requested.get(result.call_id) if result.call_id else None
-        attributes: dict[str, Any] = {attr.TOOL_NAME: result.name, attr.TOOL_RESULT: result.content}
-        if result.call_id:
-            attributes[attr.TOOL_CALL_ID] = result.call_id
-        if requested is not None:
-            attributes[attr.TOOL_ARGUMENTS] = requested.call.arguments
-        failed = bool(result.is_error)
+        attributes: dict[str, Any] = {attr.TOOL_NAME: name, attr.TOOL_RESULT: result}
+        if call_id:
+            attributes[attr.TOOL_CALL_ID] = call_id
+        if arguments is not None:
+            attributes[attr.TOOL_ARGUMENTS] = arguments
         agl.record_span(
-            f"tool:{result.name}",
+            f"tool:{name}",
             kind="tool",
-            start_time=requested.seen_at if requested is not None else end,
+            start_time=start if start is not None else end,
             end_time=end,
-            status="error" if failed else "ok",
-            status_message=result.content if failed else None,
+            status="error" if error is not None else "ok",
+            status_message=error,
             attributes=attributes,
             agent_name=self.agent_name,
             parent_id=self.parent_span_id,

@@ -15,16 +15,16 @@ import contextvars
 import functools
 from collections.abc import AsyncGenerator, Awaitable, Callable, Sequence
 from contextlib import AbstractContextManager
-from typing import Any, TypeVar
+from typing import TypeVar
 
-import agl
-from agl.tracing.context import RolloutContext
-from agl.tracing.spans import SpanHandle
 from autogen_agentchat.agents import BaseChatAgent
 from autogen_agentchat.base import Response
 from autogen_agentchat.messages import BaseAgentEvent, BaseChatMessage
 from autogen_core import CancellationToken
 
+import agl
+from agl.tracing.context import RolloutContext
+from agl.tracing.spans import SpanHandle
 from agl_autogen.in_context import InContext
 from agl_autogen.tool_spans import ToolSpanRecorder
 

@@ -10,7 +10,7 @@ import functools
 import inspect
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Union
+from typing import TYPE_CHECKING, Any, Union, overload
 
 if TYPE_CHECKING:
     import openai
@@ -61,6 +61,14 @@ class RolloutFunction:
 
     def __call__(self, task: Any, llm: LLM) -> Any:
         return self.fn(task, llm)
+
+
+@overload
+def rollout(fn: Callable[..., Any], *, name: str | None = None) -> RolloutFunction: ...
+
+
+@overload
+def rollout(fn: None = None, *, name: str | None = None) -> Callable[[Callable[..., Any]], RolloutFunction]: ...
 
 
 def rollout(

@@ -31,6 +31,7 @@ ASYNC_METHODS = ("aexecute_task", "kickoff_async")
 
 # How long the end of an agent's work waits for CrewAI's handler threads to record its tool events.
 EVENT_FLUSH_TIMEOUT_S = 10.0
+_BUS_THREAD_PREFIX = "CrewAISyncHandler"  # the name CrewAI gives its handler threads
 
 log = logging.getLogger(__name__)
 _lock = threading.Lock()
@@ -68,8 +69,11 @@ def _wait_for_tool_events() -> None:
     # Tool events are handled on CrewAI's thread pool, a little after they happen. The runner reports the attempt
     # as soon as the rollout function returns, so the agent's step is not over for agl until its tool spans are
     # recorded. Only inside a rollout: outside one nothing is recorded and nothing needs waiting for.
-    if agl.current_rollout() is not None:
-        crewai_event_bus.flush(timeout=EVENT_FLUSH_TIMEOUT_S)
+    if agl.current_rollout() is None:
+        return
+    if threading.current_thread().name.startswith(_BUS_THREAD_PREFIX):
+        return  # an agent run from inside an event handler: waiting for all handlers would wait for itself
+    crewai_event_bus.flush(timeout=EVENT_FLUSH_TIMEOUT_S)
 
 
 def _scoped_sync(original: Callable[..., Any]) -> Callable[..., Any]:

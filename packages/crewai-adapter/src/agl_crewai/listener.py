@@ -51,7 +51,6 @@ class AglListener(BaseEventListener):
 
     def setup_listeners(self, crewai_event_bus: CrewAIEventsBus) -> None:
         starts = tool_spans.ToolStarts()
-        self._starts = starts
 
         def started(source: Any, event: ToolUsageStartedEvent) -> None:
             tool_spans.on_started(starts, event)

@@ -54,9 +54,6 @@ class ToolStarts:
         with self._lock:
             return self._started.pop(event_id, None)
 
-    def __len__(self) -> int:
-        return len(self._started)
-
 
 def on_started(starts: ToolStarts, event: ToolUsageStartedEvent) -> None:
     if agl.current_rollout() is not None:

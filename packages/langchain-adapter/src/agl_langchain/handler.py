@@ -1,11 +1,18 @@
 """`AglCallbackHandler`: the LangChain callback handler through which agl sees a LangChain or LangGraph run.
 
 Attribution. The proxy learns who sent an LLM request from `agl.current_agent()`, read in the thread or asyncio
-task that sends it, at the moment it is sent. A handler with `run_inline = True` is called in the caller's own
-context (sync: the same thread; async: awaited in the same task, never in an executor), and LangChain and
-LangGraph run what comes next (a node's function, a model's HTTP request) in copies of that context taken after
-the start callback. So the agent entered in `on_chain_start` / `on_chat_model_start` names every request made
-inside the run, and nodes that LangGraph runs at the same time, in threads or tasks, each keep their own name.
+task that sends it, at the moment it is sent. A handler with `run_inline = True` has its start callbacks called in
+the caller's own context (sync: the same thread; async: awaited in the same task, never in an executor), and
+LangChain and LangGraph run what comes next (a node's function, a model's HTTP request) in copies of that context
+taken after the start callback. So the agent entered in `on_chain_start` / `on_chat_model_start` names every
+request made inside the run, and nodes that LangGraph runs at the same time, in threads or tasks, each keep
+their own name.
+
+End callbacks of async runs come from a separate task (LangChain shields them from cancellation), where nothing
+done to the caller's context can be undone. Hence: the outermost run changes no context at all (runs find their
+parents through `_runs`, not through context variables), and runs inside it change only contexts that LangGraph
+or LangChain made for them, which end with them. Each model call sets its agent again, so a name left behind in
+a context never reaches a model call.
 
 Tools. `on_tool_start` / `on_tool_end` / `on_tool_error` give one tool span each; a tool that handled its own
 error (`ToolMessage(status="error")`) and a ToolNode that answered a call without running a tool (an unknown tool
@@ -25,7 +32,7 @@ from typing import Any, TypeVar
 from uuid import UUID
 
 from langchain_core.callbacks import BaseCallbackHandler
-from langchain_core.messages import BaseMessage, ToolMessage
+from langchain_core.messages import AIMessage, BaseMessage, ToolMessage
 from langchain_core.outputs import LLMResult
 
 from agl.schema import SpanStatus
@@ -39,10 +46,15 @@ T = TypeVar("T")
 
 @dataclass
 class _Scope:
-    """Shared by the outermost run the handler sees in a context and every run inside it."""
+    """Shared by the outermost run the handler sees and every run inside it."""
 
-    root_name: str  # the agent of LLM calls that no graph node or named agent claims
+    root_name: str  # the agent of model calls that no graph node or named agent claims
     recorded_calls: set[str] = field(default_factory=set)  # tool call ids that already have a tool span
+    # tool call id -> the agent whose model call asked for it: a shared ToolNode runs tools for several agents
+    requested_by: dict[str, str] = field(default_factory=dict)
+
+    def tool_agent(self, call_id: str | None, runner: str | None) -> str | None:
+        return self.requested_by.get(call_id, runner) if call_id else runner
 
 
 @dataclass
@@ -56,11 +68,11 @@ class _Tool:
 @dataclass
 class _Run:
     ctx: RolloutContext
+    scope: _Scope
     start_time: float = field(default_factory=time.time)
     undo: list[Callable[[], None]] = field(default_factory=list)  # context changes to revert at the end, in order
     agent: str | None = None  # the agent this run acts for
     agent_span: bool = False  # this run began the agent's step: it records an `agent:<name>` span
-    scope: _Scope | None = None
     answered: set[str] | None = None  # LangGraph node runs: tool calls already answered in the node's input
     tool: _Tool | None = None
 
@@ -72,18 +84,16 @@ class _Run:
         token = enter_agent(agent)
         self.undo.insert(0, lambda: exit_agent(token))
         self.set(_adapter_agent, agent)
-        self.agent = agent
 
 
 def _reset(var: ContextVar[T], token: Token[T]) -> None:
     try:
         var.reset(token)
-    except ValueError:  # the end was reported from another context (an asyncio.gather task): nothing to undo here
+    except ValueError:  # the end was reported from another task: that context's value dies with it (module doc)
         pass
 
 
-_runs: dict[UUID, _Run] = {}  # run id -> state; plain dict operations, atomic under the GIL
-_scope: ContextVar[_Scope | None] = ContextVar("agl_langchain_scope", default=None)
+_runs: dict[UUID, _Run] = {}  # open runs by id; plain dict operations, atomic under the GIL
 # The agent name this adapter last made current in this context: tells it apart from a user's `agl.agent` scope.
 _adapter_agent: ContextVar[str | None] = ContextVar("agl_langchain_agent", default=None)
 
@@ -106,18 +116,19 @@ def _is_control_flow(error: BaseException) -> bool:
     return isinstance(error, GraphBubbleUp)
 
 
-def _open_run(run_id: UUID, run_name: str, *, may_open_scope: bool = True) -> _Run | None:
-    """State for a run that starts inside a rollout; None outside any rollout or when another handler has it."""
+def _open_run(
+    run_id: UUID, parent_run_id: UUID | None, run_name: str, metadata: dict[str, Any] | None
+) -> tuple[_Run, _Run | None] | None:
+    """State for a run that starts inside a rollout, and its parent's (None for the outermost run); None outside
+    any rollout, or when another handler has already opened the run."""
     ctx = current_rollout()
     if ctx is None or run_id in _runs:
         return None
-    run = _Run(ctx)
-    run.scope = _scope.get()
-    if run.scope is None and may_open_scope:
-        run.scope = _Scope(root_name=run_name)
-        run.set(_scope, run.scope)
+    parent = _runs.get(parent_run_id) if parent_run_id is not None else None
+    run = _Run(ctx, parent.scope if parent is not None else _Scope(root_name=run_name))
+    run.agent = agent_name_of(metadata) or (parent.agent if parent is not None else current_agent())
     _runs[run_id] = run
-    return run
+    return run, parent
 
 
 class AglCallbackHandler(BaseCallbackHandler):
@@ -144,15 +155,15 @@ class AglCallbackHandler(BaseCallbackHandler):
         **kwargs: Any,
     ) -> None:
         name = _run_name(serialized, kwargs)
-        run = _open_run(run_id, name)
-        if run is None:
+        if (opened := _open_run(run_id, parent_run_id, name, metadata)) is None:
             return
-        agent = agent_name_of(metadata)
-        if agent is not None and agent != current_agent():
-            run.enter(agent)
-            run.agent_span = True
-        else:
-            run.agent = current_agent()
+        run, parent = opened
+        # A chain naming another agent than its parent's begins that agent's step (a graph node, a named agent).
+        run.agent_span = run.agent != (parent.agent if parent is not None else current_agent())
+        # Inside the outermost run only (see the module doc); a node's own run makes raw OpenAI-client calls in
+        # the node carry its name too.
+        if parent is not None and run.agent is not None and run.agent != current_agent():
+            run.enter(run.agent)
         if is_node_run(metadata, name):
             run.answered = answered_call_ids(inputs)
 
@@ -181,7 +192,7 @@ class AglCallbackHandler(BaseCallbackHandler):
         metadata: dict[str, Any] | None = None,
         **kwargs: Any,
     ) -> None:
-        self._model_start(run_id, metadata, _run_name(serialized, kwargs))
+        self._model_start(run_id, parent_run_id, metadata, _run_name(serialized, kwargs))
 
     def on_llm_start(
         self,
@@ -194,19 +205,22 @@ class AglCallbackHandler(BaseCallbackHandler):
         metadata: dict[str, Any] | None = None,
         **kwargs: Any,
     ) -> None:
-        self._model_start(run_id, metadata, _run_name(serialized, kwargs))
+        self._model_start(run_id, parent_run_id, metadata, _run_name(serialized, kwargs))
 
-    def _model_start(self, run_id: UUID, metadata: dict[str, Any] | None, name: str) -> None:
-        # A model awaited on its own reports its end from another task, where the scope could not be undone.
-        run = _open_run(run_id, name, may_open_scope=False)
-        if run is None:
+    def _model_start(
+        self, run_id: UUID, parent_run_id: UUID | None, metadata: dict[str, Any] | None, name: str
+    ) -> None:
+        if (opened := _open_run(run_id, parent_run_id, name, metadata)) is None:
             return
-        agent = agent_name_of(metadata)
-        current = current_agent()
-        # No node or named agent: the outermost run's name, unless the code around the call chose the agent.
-        # (A name this adapter left behind, see `_reset`, is not a choice: it gives way.)
+        run, _ = opened
+        agent, current = agent_name_of(metadata), current_agent()
+        # No node or named agent: the outermost run's name, unless the code around the call chose the agent
+        # (a name this adapter left behind in the context is no choice: it gives way).
         if agent is None and (current is None or current == _adapter_agent.get()):
-            agent = run.scope.root_name if run.scope is not None else name
+            agent = run.scope.root_name
+        # Set even for the outermost run: the request leaves from a copy of this very context. (An async model
+        # call awaited on its own therefore leaves its name in the caller's task: see the README.)
+        run.agent = agent
         if agent is not None and agent != current:
             run.enter(agent)
 
@@ -219,8 +233,15 @@ class AglCallbackHandler(BaseCallbackHandler):
         tags: list[str] | None = None,
         **kwargs: Any,
     ) -> None:
-        if (run := _runs.pop(run_id, None)) is not None:
-            _close(run, None)
+        if (run := _runs.pop(run_id, None)) is None:
+            return
+        if run.agent is not None:
+            for generation in (g for gs in response.generations for g in gs):
+                message = getattr(generation, "message", None)
+                for call in message.tool_calls if isinstance(message, AIMessage) else []:
+                    if call.get("id"):
+                        run.scope.requested_by[str(call["id"])] = run.agent
+        _close(run, None)
 
     def on_llm_error(
         self,
@@ -247,13 +268,13 @@ class AglCallbackHandler(BaseCallbackHandler):
         **kwargs: Any,
     ) -> None:
         name = _run_name(serialized, kwargs)
-        run = _open_run(run_id, name)
-        if run is None:
+        if (opened := _open_run(run_id, parent_run_id, name, metadata)) is None:
             return
+        run, _ = opened
         call_id = kwargs.get("tool_call_id")
         arguments = json.dumps(inputs, default=str) if inputs is not None else input_str
-        run.tool = _Tool(name, call_id, arguments, agent_name_of(metadata) or current_agent())
-        if call_id and run.scope is not None:
+        run.tool = _Tool(name, call_id, arguments, run.scope.tool_agent(call_id, run.agent))
+        if call_id:
             run.scope.recorded_calls.add(call_id)
 
     def on_tool_end(self, output: Any, *, run_id: UUID, parent_run_id: UUID | None = None, **kwargs: Any) -> None:
@@ -293,13 +314,13 @@ def _record_tool(run: _Run, tool: _Tool, *, error: str | None, result: Any) -> N
 
 def _record_unrun_tool_errors(node: _Run, outputs: Any) -> None:
     """Error answers a node gave to tool calls that no tool run covered (see `tool_messages`)."""
-    assert node.answered is not None and node.scope is not None
+    assert node.answered is not None
     for message in tool_messages(outputs):
         call_id = message.tool_call_id
         if message.status != "error" or call_id in node.answered or call_id in node.scope.recorded_calls:
             continue
         node.scope.recorded_calls.add(call_id)
-        tool = _Tool(message.name or "unknown", call_id, None, node.agent)
+        tool = _Tool(message.name or "unknown", call_id, None, node.scope.tool_agent(call_id, node.agent))
         _record_tool(node, tool, error=text_of(message), result=None)
 
 

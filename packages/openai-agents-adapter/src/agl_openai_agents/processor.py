@@ -4,15 +4,17 @@ Why a tracing processor: the SDK starts an `AgentSpanData` span (`span.start(mar
 loop's context before it creates the task that calls the model, and finishes it in that same context after the
 agent's last turn or at a handoff. Processors are called synchronously from `start()` / `finish()`, so making
 the agent the current agl agent in `on_span_start` puts its name in exactly the context (and every task created
-from it: model calls, tool calls, nested runs) where the SDK sends the model's HTTP request. Each `Runner.run`
-(and `run_sync`, `run_streamed`, which run the same loop in their own task) has its own context, so concurrent
-runs never see each other's agent.
+from it: model calls, tool calls, nested runs) where the SDK sends the model's HTTP request. This holds for
+`Runner.run`, `run_sync` and `run_streamed` (the last two run the same loop in a task of their own); runs made
+at the same time live in different asyncio tasks or threads, each with its own context, so they never see each
+other's agent.
 """
 
 from __future__ import annotations
 
 import contextvars
 import threading
+import time
 from datetime import datetime
 from typing import Any
 
@@ -116,7 +118,7 @@ def _record_handoff(span: Span[Any], data: HandoffSpanData) -> None:
 def _timestamp(iso: str | None) -> float:
     """Seconds since the epoch of the SDK's ISO-8601 span times (now if the span has none)."""
     if iso is None:
-        return datetime.now().timestamp()
+        return time.time()
     return datetime.fromisoformat(iso).timestamp()
 
 

@@ -15,6 +15,7 @@ import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from typing import Any
+from urllib.parse import unquote
 
 import aiohttp
 import orjson
@@ -56,7 +57,8 @@ class _CallRecord:
         self.rollout_id = rollout_id
         self.attempt_id = attempt_id
         self.seq = seq
-        self.agent: str | None = headers.get(attr.HEADER_AGENT) or None
+        agent = headers.get(attr.HEADER_AGENT)
+        self.agent: str | None = unquote(agent) if agent else None  # percent-encoded UTF-8 (see http_inject)
         self.parent_span: str | None = headers.get(attr.HEADER_PARENT_SPAN) or None
         self.trace_id: str | None = None
         traceparent = headers.get(attr.HEADER_TRACEPARENT)

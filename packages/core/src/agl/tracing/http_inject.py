@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import threading
 from typing import Any
+from urllib.parse import quote
 
 import httpx
 
@@ -27,7 +28,8 @@ def attribution_headers(ctx: RolloutContext | None = None) -> dict[str, str]:
     headers: dict[str, str] = {}
     agent = current_agent()
     if agent is not None:
-        headers[attr.HEADER_AGENT] = agent
+        # HTTP header values are ASCII: a name such as "Rédacteur" travels percent-encoded (UTF-8)
+        headers[attr.HEADER_AGENT] = quote(agent, safe=" !#$&'()*+,-./:;<=>?@[]^_`{|}~")
     span_id = current_span_id()
     if span_id is not None:
         headers[attr.HEADER_PARENT_SPAN] = span_id
