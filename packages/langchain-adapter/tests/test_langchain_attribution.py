@@ -29,6 +29,7 @@ from lc_support import (
     run_rollout,
     said,
     system_prompt,
+    tool_spans,
 )
 
 import agl
@@ -171,6 +172,10 @@ def test_named_create_agent_graphs_use_their_names(agl_server: ServerProcess, ag
         "agl-tools: ask_helper"
     ]
     assert [s.agent_name for s in agent_spans(detail)] == ["supervisor", "helper"]
+    assert [(s.name, s.agent_name) for s in tool_spans(detail)] == [
+        ("tool:ask_helper", "supervisor"),
+        ("tool:word_count", "helper"),
+    ]
 
 
 @agl.rollout

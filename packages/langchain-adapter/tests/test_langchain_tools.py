@@ -136,6 +136,7 @@ def test_a_tool_error_the_toolnode_catches_is_an_error_span(
         SpanStatus.error,
     )
     assert failed.status_message == "ValueError: cannot handle 9 characters"
+    assert ok.agent_name == failed.agent_name == "caller"
     assert [s.attributes["gen_ai.tool.call.id"] for s in (ok, failed)] == requested_call_ids(detail)
     # the graph went on: the model saw the error as the tool's answer
     last_request = calls(detail)[-1].request["messages"]

@@ -24,7 +24,6 @@ from autogen_agentchat.messages import (
 )
 
 import agl
-from agl.tracing import attributes as attr
 from agl.tracing.context import RolloutContext
 
 CODE_EXECUTION = "code_execution"
@@ -89,19 +88,14 @@ class ToolSpanRecorder:
         error: str | None,
     ) -> None:
         end = time.time()
-        attributes: dict[str, Any] = {attr.TOOL_NAME: name, attr.TOOL_RESULT: result}
-        if call_id:
-            attributes[attr.TOOL_CALL_ID] = call_id
-        if arguments is not None:
-            attributes[attr.TOOL_ARGUMENTS] = arguments
-        agl.record_span(
-            f"tool:{name}",
-            kind="tool",
+        agl.record_tool(
+            name,
             start_time=start if start is not None else end,
             end_time=end,
-            status="error" if error is not None else "ok",
-            status_message=error,
-            attributes=attributes,
+            error=error,
+            call_id=call_id or None,
+            arguments=arguments,
+            result=result,
             agent_name=self.agent_name,
             parent_id=self.parent_span_id,
             ctx=self.rollout,

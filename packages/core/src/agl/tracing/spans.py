@@ -194,6 +194,7 @@ def record_tool(
     arguments: Any = None,
     result: Any = None,
     agent_name: str | None = None,
+    parent_id: str | None = None,
     ctx: RolloutContext | None = None,
 ) -> str | None:
     """Record a finished tool execution (status `error` with `error` as its message, else `ok`): the same span
@@ -214,6 +215,7 @@ def record_tool(
         status_message=error,
         attributes=attrs,
         agent_name=agent_name,
+        parent_id=parent_id,
         ctx=ctx,
     )
 
