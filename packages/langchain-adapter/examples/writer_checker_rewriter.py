@@ -21,7 +21,7 @@ from __future__ import annotations
 from typing import Any, TypedDict
 
 from langchain_core.language_models import BaseChatModel
-from langchain_core.messages import AIMessage, AnyMessage, HumanMessage, RemoveMessage, SystemMessage
+from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, RemoveMessage, SystemMessage
 from langchain_core.tools import tool
 from langchain_openai import ChatOpenAI
 from langgraph.graph import END, START, MessagesState, StateGraph
@@ -64,7 +64,7 @@ def word_count(text: str) -> int:
     return len(text.split())
 
 
-def _review_request(state: Essay, draft: str) -> list[AnyMessage]:
+def _review_request(state: Essay, draft: str) -> list[BaseMessage]:
     return [RemoveMessage(id=REMOVE_ALL_MESSAGES), HumanMessage(f"Rules: {state['rules']}\nDraft:\n{draft}")]
 
 
@@ -114,7 +114,7 @@ def score(draft: str, task: dict[str, Any]) -> float:
     """1 when the final text uses the keyword within the word limit, 0.5 for one of the two, else 0."""
     uses_keyword = task["keyword"].lower() in draft.lower()
     short_enough = 0 < len(draft.split()) <= task["max_words"]
-    return (uses_keyword + short_enough) / 2
+    return (float(uses_keyword) + float(short_enough)) / 2
 
 
 @agl.rollout  # agl

@@ -140,11 +140,14 @@ async def plain_chain_app(task: Any, llm: agl.LLM) -> None:
     with agl.agent("boss"):
         boss = ChatPromptTemplate.from_messages([("system", said("boss")), ("user", "{text}")]) | model
         await boss.ainvoke({"text": "f"}, {"callbacks": [handler], "run_name": "ignored"})
+        # an explicit agent name in the metadata (what `create_agent(name=...)` sets) names any runnable
+        editor = ChatPromptTemplate.from_messages([("system", said("editor")), ("user", "{text}")]) | model
+        editor.with_config(metadata={"lc_agent_name": "editor"}).invoke({"text": "g"}, {"callbacks": [handler]})
 
 
 def test_plain_chains_use_the_run_name_or_the_open_scope(agl_server: ServerProcess, agl_client: Client) -> None:
     stored = calls(run_rollout(plain_chain_app, agl_server, agl_client))
-    assert [c.agent_name for c in stored] == ["summarizer", "summarizer", "critic", "judge", "critic", "boss"]
+    assert [c.agent_name for c in stored] == ["summarizer", "summarizer", "critic", "judge", "critic", "boss", "editor"]
     assert all(system_prompt(c) == said(c.agent_name or "") for c in stored)
 
 

@@ -9,8 +9,7 @@ from __future__ import annotations
 
 from agl_langchain.binding import has_agl, with_agl
 from agl_langchain.handler import AglCallbackHandler
-from agl_langchain.naming import AGENT_NAME_KEY, NODE_KEY, agent_name_of
 
 __version__ = "0.1.0"
 
-__all__ = ["AGENT_NAME_KEY", "NODE_KEY", "AglCallbackHandler", "__version__", "agent_name_of", "has_agl", "with_agl"]
+__all__ = ["AglCallbackHandler", "__version__", "has_agl", "with_agl"]
