@@ -1,69 +1,50 @@
-"""Fixtures that start real processes: a scripted OpenAI-compatible upstream and `agl serve`."""
+"""Fixtures that start real processes: a scripted OpenAI-compatible upstream, `agl serve` and workers."""
 
 from __future__ import annotations
 
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
 from agl.client import Client
-from agl.processes import ServerProcess, start_server, start_worker
-from agl.schema import Rollout
-from agl.testing.upstream import start_upstream_process
+from agl.processes import ServerProcess
+from agl.testing.fixtures import *  # noqa: F403
+from agl.testing.fixtures import StartWorker, wait_rollouts
 
 REPO = Path(__file__).resolve().parents[1]
 AGENTS = str(REPO / "tests" / "e2e_agents.py")
 
+# The shared fixtures of `agl.testing.fixtures` (agl_upstream, agl_server, ...), under the short names used here.
+wait_all = wait_rollouts
+
 
 @pytest.fixture(scope="session")
-def upstream() -> Iterator[str]:
-    proc, url = start_upstream_process()
-    yield url
-    proc.terminate()
-    proc.wait(10)
+def upstream(agl_upstream: str) -> str:
+    return agl_upstream
 
 
 @pytest.fixture
-def server(tmp_path: Path, upstream: str) -> Iterator[ServerProcess]:
-    srv = start_server(tmp_path / "run", upstream=upstream)
-    yield srv
-    srv.stop()
+def server(agl_server: ServerProcess) -> ServerProcess:
+    return agl_server
 
 
 @pytest.fixture
-def client(server: ServerProcess) -> Iterator[Client]:
-    with Client(server.url) as c:
-        yield c
+def client(agl_client: Client) -> Client:
+    return agl_client
 
 
 @pytest.fixture
-def workers(tmp_path: Path) -> Iterator[Callable[..., subprocess.Popen[bytes]]]:
-    """Start `agl worker` processes on the e2e agents; all are stopped at the end of the test."""
-    started: list[subprocess.Popen[bytes]] = []
+def workers(agl_workers: StartWorker) -> StartWorker:
+    """Start `agl worker` processes on the e2e agents (`tests/e2e_agents.py:NAME`); all stopped after the test."""
 
     def start(agent: str, server_url: str, **kwargs: object) -> subprocess.Popen[bytes]:
-        proc = start_worker(f"{AGENTS}:{agent}", server_url, log_path=tmp_path / f"worker-{len(started)}.log", **kwargs)  # type: ignore[arg-type]
-        started.append(proc)
-        return proc
+        return agl_workers(f"{AGENTS}:{agent}", server_url, **kwargs)
 
-    yield start
-    for proc in started:
-        if proc.poll() is None:
-            proc.terminate()
-    for proc in started:
-        try:
-            proc.wait(10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-
-
-def wait_all(client: Client, ids: list[str], timeout: float = 60.0) -> list[Rollout]:
-    rollouts = client.wait(ids, timeout=timeout)
-    return sorted(rollouts, key=lambda r: ids.index(r.id))
+    return start
 
 
 def wait_until(predicate: Callable[[], bool], timeout: float, what: str) -> None:
