@@ -34,7 +34,7 @@ from typing import Any
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-from agl.air import DEFAULT_RULES, air_rewards, with_air
+from agl.air import DEFAULT_RULES, AirRule, air_rewards, with_air
 from agl.client import Client
 from agl.credit import CreditConfig, assign_credit
 from agl.processes import ServerProcess, start_server, start_worker
@@ -126,7 +126,9 @@ class RunSummary:
 
 
 class TrainingRun:
-    def __init__(self, config: TrainConfig, console: Console | None = None) -> None:
+    def __init__(
+        self, config: TrainConfig, console: Console | None = None, air_rules: Sequence[AirRule] | None = None
+    ) -> None:
         config.validate()
         self.config = config
         self.console = console or Console()
@@ -141,7 +143,8 @@ class TrainingRun:
                     "(--agents / train_agents / AGL_TRAIN_AGENTS=writer,rewriter)"
                 )
             self.agent_adapters = agent_adapters(sorted(self.selection.agents))
-        self.rules = DEFAULT_RULES if config.air else ()
+        # a task's own AIR rules (a benchmark's SQL errors, empty retrievals) replace agl's defaults when given
+        self.rules: Sequence[AirRule] = (DEFAULT_RULES if air_rules is None else tuple(air_rules)) if config.air else ()
         self.workers: list[subprocess.Popen[bytes]] = []
         self.t0 = time.monotonic()
 
@@ -151,7 +154,8 @@ class TrainingRun:
         cfg = self.config
         self.run_dir.mkdir(parents=True, exist_ok=True)
         (self.run_dir / "logs").mkdir(exist_ok=True)
-        (self.run_dir / "config.json").write_text(json.dumps(_jsonable(asdict(cfg)), indent=2))
+        saved = {**_jsonable(asdict(cfg)), "air_rules": [rule.name for rule in self.rules]}
+        (self.run_dir / "config.json").write_text(json.dumps(saved, indent=2))
         path = resolve_model(cfg.model)
         self.console.print(f"[bold]agl train[/] {cfg.agent}  model {path.name}  run {self.run_dir}")
         model, tokenizer = load_model(path, device=cfg.device)

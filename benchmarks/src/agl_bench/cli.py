@@ -1,0 +1,212 @@
+"""`agl bench`: list the tasks, evaluate any model on one, train on one (a command group agl-bench adds)."""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+from typing import Any
+
+import click
+
+from agl_bench.task import TASKS
+
+
+def _load(task_name: str, split: str | None, data: str | None, limit: int | None, default: str) -> tuple[Any, str, Any]:
+    from agl_bench.datasets import DataError, datasets_root, limit_rows
+    from agl_bench.task import get_task
+
+    try:
+        task = get_task(task_name)
+    except ValueError as exc:
+        raise click.ClickException(str(exc)) from exc
+    split = split or default.format(train=task.train_split, eval=task.eval_split)
+    if split not in task.splits:
+        raise click.ClickException(f"{task.name} has no split {split!r}; choose one of {', '.join(task.splits)}")
+    try:
+        rows = limit_rows(task.load(datasets_root(data), split), limit)
+    except DataError as exc:
+        raise click.ClickException(str(exc)) from exc
+    return task, split, rows
+
+
+def _task_options(pairs: tuple[str, ...]) -> dict[str, Any]:
+    """`--set top_k=5 --set retriever=dense` → {"top_k": 5, "retriever": "dense"} (values read as JSON if they
+    parse, else kept as text): per-run options every task input carries to the agent."""
+    options: dict[str, Any] = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        if not sep or not key.strip():
+            raise click.ClickException(f"--set {pair!r}: expected KEY=VALUE")
+        try:
+            options[key.strip()] = json.loads(value)
+        except json.JSONDecodeError:
+            options[key.strip()] = value
+    return options
+
+
+DATA_OPTION = click.option(
+    "--data", default=None, help="Folder holding spider/, musique/, calc_x/ (default: ../shared/datasets)."
+)
+SET_OPTION = click.option("--set", "settings", multiple=True, metavar="KEY=VALUE", help="A task option (repeatable).")
+
+
+@click.group()
+def bench() -> None:
+    """Benchmarks of the Agent Lightning paper: Spider (LangGraph), MuSiQue (OpenAI Agents SDK), Calc-X (AutoGen)."""
+
+
+@bench.command(name="list")
+def list_tasks() -> None:
+    """The tasks, their splits, metrics and agents."""
+    from agl_bench.task import get_task
+
+    for name in TASKS:
+        task = get_task(name)
+        click.echo(
+            f"{task.name:<8} {task.description}\n         splits {', '.join(task.splits)} · metrics "
+            f"{', '.join(task.metrics)} · agents {', '.join(task.agents)} (trained by default: "
+            f"{', '.join(task.trainable_agents)})"
+        )
+
+
+@bench.command(name="eval")
+@click.argument("task_name", metavar="TASK", type=click.Choice(sorted(TASKS)))
+@click.option(
+    "--model",
+    default="embedded",
+    show_default=True,
+    help="'embedded' (the bundled SmolLM2-135M on the embedded engine), a local model folder, or the base URL of "
+    "an OpenAI-compatible endpoint (http://host:8000/v1).",
+)
+@click.option("--endpoint-model", default=None, help="With a URL: the model name to ask the endpoint for.")
+@click.option("--api-key-env", default="OPENAI_API_KEY", show_default=True, help="With a URL: env var holding its key.")
+@click.option("--split", default=None, help="Which split (default: the task's evaluation split).")
+@click.option("--limit", type=int, default=None, help="Only the first N rows (file order).")
+@DATA_OPTION
+@SET_OPTION
+@click.option("--out", default=None, help="Output folder (default runs/bench-<task>-<time>).")
+@click.option("--workers", default=1, show_default=True, type=int, help="Worker processes.")
+@click.option("--concurrency", default=8, show_default=True, type=int, help="Rollouts at once per worker.")
+@click.option("--device", default="auto", show_default=True, help="Device of the embedded engine.")
+def eval_command(
+    task_name: str,
+    model: str,
+    endpoint_model: str | None,
+    api_key_env: str,
+    split: str | None,
+    limit: int | None,
+    data: str | None,
+    settings: tuple[str, ...],
+    out: str | None,
+    workers: int,
+    concurrency: int,
+    device: str,
+) -> None:
+    """Evaluate MODEL on TASK: prints a results table, writes OUT/results.json (every row: metrics, prediction,
+    gold, agents called) and keeps the store (OUT/agl.sqlite) for `agl show`."""
+    from rich.console import Console
+
+    from agl_bench.evaluation import EvalConfig, ModelSpec, results_table, run_eval
+
+    if workers < 1 or concurrency < 1:
+        raise click.ClickException("--workers and --concurrency must be ≥ 1")
+    task, split, rows = _load(task_name, split, data, limit, "{eval}")
+    options = _task_options(settings)
+    rows = [{**row, **options} for row in rows]
+    out_dir = Path(out or f"runs/bench-{task.name}-{time.strftime('%Y%m%d-%H%M%S')}")
+    console = Console()
+    console.print(f"[bold]agl bench eval[/] {task.name} · split {split} · {len(rows)} rows · model {model} → {out_dir}")
+    config = EvalConfig(
+        task=task,
+        split=split,
+        rows=rows,
+        model=ModelSpec(model, endpoint_model=endpoint_model, api_key_env=api_key_env, device=device),
+        out_dir=out_dir,
+        workers=workers,
+        concurrency=concurrency,
+    )
+    try:
+        report = run_eval(config, console)
+    except (ValueError, RuntimeError, FileNotFoundError) as exc:
+        raise click.ClickException(str(exc)) from exc
+    console.print(results_table(report))
+    console.print(f"per-row results: {out_dir / 'results.json'} · inspect a rollout: agl show ID --run-dir {out_dir}")
+
+
+@bench.command(name="train")
+@click.argument("task_name", metavar="TASK", type=click.Choice(sorted(TASKS)))
+@click.option("--agents", default=None, help="Agents to train, e.g. writer,rewriter (default: the task's).")
+@click.option(
+    "--recipe",
+    default="cpu",
+    show_default=True,
+    help="'cpu' (the task's small embedded recipe) or a TOML/JSON file of training options (see benchmarks/recipes/).",
+)
+@click.option("--model", default=None, help="Local model folder or 'bundled' (default: the recipe's).")
+@click.option("--train-split", default=None, help="Default: the task's training split.")
+@click.option("--eval-split", default=None, help="Default: the task's evaluation split.")
+@click.option("--train-limit", type=int, default=None, help="Only the first N training rows.")
+@click.option("--eval-limit", type=int, default=None, help="Only the first N held-out rows.")
+@click.option("--steps", type=int, default=None)
+@click.option("--tasks-per-step", type=int, default=None)
+@click.option("--group-size", type=int, default=None)
+@click.option("--eval-every", type=int, default=None)
+@click.option("--lr", type=float, default=None)
+@click.option("--device", default=None)
+@click.option("--engine-url", default=None, help="Generate with an engine in another process (vLLM with runtime LoRA).")
+@click.option("--per-agent-policies", is_flag=True, default=None, help="One LoRA policy per trained agent.")
+@click.option("--no-air", is_flag=True, help="Leave out the task's automatic intermediate rewards.")
+@click.option("--run-dir", default=None, help="Default runs/bench-train-<task>-<time>.")
+@click.option("--resume", is_flag=True, default=None)
+@DATA_OPTION
+@SET_OPTION
+def train_command(
+    task_name: str,
+    agents: str | None,
+    recipe: str,
+    train_split: str | None,
+    eval_split: str | None,
+    train_limit: int | None,
+    eval_limit: int | None,
+    no_air: bool,
+    data: str | None,
+    settings: tuple[str, ...],
+    **flags: Any,
+) -> None:
+    """Train the LLM of TASK's agent with LightningRL on the embedded trainer: held-out evaluation (greedy) before,
+    during and after, learning curve and checkpoints in the run directory."""
+    from dataclasses import fields
+
+    from agl_bench.recipes import read_recipe
+    from agl_trainer.loop import TrainConfig, TrainingRun
+    from agl_trainer.policy import PolicyConfig
+
+    task, train_split, train_rows = _load(task_name, train_split, data, train_limit, "{train}")
+    _, eval_split, eval_rows = _load(task_name, eval_split, data, eval_limit, "{eval}")
+    try:
+        options = read_recipe(recipe, task)
+    except ValueError as exc:
+        raise click.ClickException(str(exc)) from exc
+    options.update({k: v for k, v in flags.items() if v is not None})
+    extra = _task_options(settings)
+    options["train_tasks"] = [{**row, **extra} for row in train_rows]
+    options["eval_tasks"] = [{**row, **extra} for row in eval_rows]
+    options["train_agents"] = agents or options.get("train_agents") or ",".join(task.trainable_agents)
+    options.setdefault("run_dir", f"runs/bench-train-{task.name}-{time.strftime('%Y%m%d-%H%M%S')}")
+    options["run_dir"] = Path(str(options["run_dir"]))
+    options["air"] = not no_air
+    policy_keys = {f.name for f in fields(PolicyConfig)}
+    policy = {k: options.pop(k) for k in list(options) if k in policy_keys}
+    unknown = sorted(set(options) - {f.name for f in fields(TrainConfig)})
+    if unknown:
+        raise click.ClickException(f"unknown training option(s) in the recipe: {', '.join(unknown)}")
+    click.echo(
+        f"agl bench train {task.name}: {len(train_rows)} {train_split} rows, held-out {len(eval_rows)} "
+        f"{eval_split} rows, agents {options['train_agents']}"
+    )
+    try:
+        config = TrainConfig(agent=task.agent, policy=PolicyConfig(**policy), **options)
+        TrainingRun(config, air_rules=task.air_rules()).run()
+    except (ValueError, FileNotFoundError) as exc:
+        raise click.ClickException(str(exc)) from exc

@@ -1,0 +1,1 @@
+from agl.testing.fixtures import *  # noqa: F403  (agl_upstream, agl_server, agl_client, agl_workers)
