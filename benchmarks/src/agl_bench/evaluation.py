@@ -1,7 +1,8 @@
 """`agl bench eval`: run a task's agent over a split with any model, through the real platform, and score it.
 
-    model  ─ embedded / a model folder → an `agl engine` child process (greedy for evaluation rollouts)
+    model  ─ embedded / a model folder → an `agl engine` child process
            └ an http(s) URL            → that OpenAI-compatible endpoint (vLLM, a hosted API)
+    decoding: greedy (the proxy sends evaluation calls with temperature 0, whatever the agent asks)
     agl serve (store in OUT/, proxy to the model) ← agl worker × W (the task's agent) ← one eval rollout per row
     → each rollout's `bench:result` outcome → per-row results + mean of every metric → OUT/results.json
 
@@ -128,7 +129,8 @@ def run_eval(cfg: EvalConfig, console: Console | None = None) -> EvalReport:
     t0 = time.monotonic()
     with ExitStack() as stack:
         upstream, endpoint_model = start_model(cfg.model, stack, logs, console)
-        extra = ["--log-level=warning"]
+        # greedy decoding for every backend: agl's engine does it from the rollout mode, others are told so
+        extra = ["--log-level=warning", "--eval-temperature=0"]
         if endpoint_model:
             extra.append(f"--upstream-model={endpoint_model}")
         env = {}

@@ -104,6 +104,12 @@ def cli() -> None:
     help="Ask the upstream for exact token ids (vLLM's return_token_ids). 'auto' stops asking when the"
     " upstream rejects the parameter (hosted APIs); such calls are stored as not trainable.",
 )
+@click.option(
+    "--eval-temperature",
+    type=float,
+    default=None,
+    help="Send every call of an evaluation rollout with this temperature (e.g. 0: greedy), whatever the agent asks.",
+)
 @click.option("--served-model", default="agl-policy", show_default=True, help="Model name agents are told to use.")
 @click.option("--max-body-mb", default=32.0, show_default=True, type=float, help="Largest request body accepted.")
 @click.option(
@@ -118,6 +124,7 @@ def serve(
     upstream_model: str | None,
     upstream_api_key: str | None,
     token_ids: str,
+    eval_temperature: float | None,
     served_model: str,
     max_body_mb: float,
     log_level: str,
@@ -139,7 +146,13 @@ def serve(
         token=token,
         served_model=served_model,
         max_body_bytes=int(max_body_mb * 1024 * 1024),
-        upstream=UpstreamConfig(base_url=upstream, api_key=upstream_api_key, model=upstream_model, token_ids=token_ids),
+        upstream=UpstreamConfig(
+            base_url=upstream,
+            api_key=upstream_api_key,
+            model=upstream_model,
+            token_ids=token_ids,
+            eval_temperature=eval_temperature,
+        ),
     )
 
     def ready(url: str) -> None:

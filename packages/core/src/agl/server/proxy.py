@@ -40,6 +40,9 @@ class UpstreamConfig:
     model: str | None = None  # replaces the model the agent asked for, when set
     token_ids: str = "auto"  # "auto": ask, and stop asking if the backend rejects it; "always"; "never"
     timeout_s: float = 600.0
+    # every call of an evaluation rollout is sent with this temperature, whatever the agent asked for, so that
+    # evaluations against any backend decode alike (agl's own engine does the same from the mode header)
+    eval_temperature: float | None = None
 
 
 def openai_error(status: int, message: str, type_: str, code: str | None = None) -> Response:
@@ -226,6 +229,8 @@ class LLMProxy:
         if model:
             payload["model"] = model
         rec.model = payload.get("model")
+        if rec.mode == "eval" and self.upstream.eval_temperature is not None:
+            payload["temperature"] = self.upstream.eval_temperature
         if not self._token_ids_rejected:
             payload[TOKEN_ID_PARAM] = True
             payload.setdefault("logprobs", True)

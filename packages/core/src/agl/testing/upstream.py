@@ -22,7 +22,8 @@ Script, first rule that matches:
    conversation → a call of the first such tool (a multi-agent app gives each agent its own line);
    arguments: `expression` gets `<int><op><int>` from the last user message, other string parameters the
    last user message itself;
-3. a system message says `agl-say: <text>` → that text, `{tool}` replaced by the last tool result;
+3. a system message says `agl-say: <text>` → that text, `{tool}` replaced by the last tool result and
+   `{temperature}` by the request's temperature (`None` when it sets none);
 4. the last message is a tool result → "The answer is {tool result}";
 5. tools are offered and the last user message holds `<int> <op> <int>` → a call of the first tool with
    `{"expression": "<int><op><int>"}`, finish reason `tool_calls`;
@@ -179,7 +180,8 @@ class _Reply:
             self._call(pending, _arguments_for(pending, last_user, arithmetic))
             return
         if say:
-            text = say.group(1).strip().replace("{tool}", last_tool)
+            temperature = request.get("temperature")
+            text = say.group(1).strip().replace("{tool}", last_tool).replace("{temperature}", str(temperature))
         elif last.get("role") == "tool":
             text = f"The answer is {_text_of(last.get('content'))}"
         elif tools and arithmetic and last.get("role") == "user":

@@ -1,0 +1,102 @@
+"""The evaluation harness and `agl bench` command line, with a small agent against the scripted upstream (a real
+`agl serve`, real workers, real HTTP); the three tasks' own agents have their own end-to-end tests."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from agl.air import ToolStatusRule
+from agl.cli.main import cli
+from agl_bench.evaluation import EvalConfig, ModelSpec, run_eval
+from agl_bench.recipes import read_recipe
+from agl_bench.task import BenchTask, get_task
+
+HERE = Path(__file__).parent
+
+
+def _task() -> BenchTask:
+    return BenchTask(
+        name="echo",
+        description="echo the question",
+        agent=f"{HERE / 'harness_agent.py'}:solve",
+        splits=("test",),
+        train_split="test",
+        eval_split="test",
+        metrics=("exact", "length"),
+        agents=("echoer",),
+        trainable_agents=("echoer",),
+        load=lambda root, split: [],
+        air_rules=lambda: (ToolStatusRule(),),
+        recommended={"steps": 3},
+    )
+
+
+@pytest.mark.slow
+def test_eval_scores_every_row_and_counts_failures_as_zero(tmp_path: Path, agl_upstream: str) -> None:
+    rows = [
+        {"id": "a", "question": "hello", "answer": "hello"},
+        {"id": "b", "question": "hello there", "answer": "something else"},
+        {"id": "c", "question": "please crash", "answer": "x"},
+    ]
+    config = EvalConfig(_task(), "test", rows, ModelSpec(agl_upstream), tmp_path / "out", concurrency=2)
+    report = run_eval(config)
+    assert report.n == 3
+    assert report.metrics["exact"] == pytest.approx(1 / 3)  # the crash scores 0 and still counts
+    assert report.failed == 1 and report.no_outcome == 1
+    saved = json.loads((tmp_path / "out" / "results.json").read_text())
+    by_id = {row["id"]: row for row in saved["rows"]}
+    assert by_id["a"]["metrics"]["exact"] == 1.0 and by_id["a"]["prediction"] == "Echo: hello"
+    assert by_id["a"]["agents"] == {"echoer": 1}
+    assert by_id["b"]["metrics"]["exact"] == 0.0 and by_id["b"]["gold"] == "something else"
+    assert by_id["c"]["status"].startswith("failed") and "crashed" in (by_id["c"]["error"] or "")
+    assert (tmp_path / "out" / "agl.sqlite").exists()  # the store stays for `agl show`
+
+
+def test_eval_refuses_a_model_that_is_neither_embedded_url_nor_folder(tmp_path: Path) -> None:
+    config = EvalConfig(_task(), "test", [{"id": "a"}], ModelSpec(str(tmp_path / "nope")), tmp_path / "out")
+    with pytest.raises(ValueError, match="neither 'embedded', an http"):
+        run_eval(config)
+
+
+def test_unknown_task_split_and_data_folder_are_named() -> None:
+    runner = CliRunner()
+    result = runner.invoke(cli, ["bench", "eval", "calc_x", "--split", "nope", "--limit", "1"])
+    assert result.exit_code != 0 and "has no split 'nope'" in result.output
+    result = runner.invoke(cli, ["bench", "eval", "calc_x", "--data", "/no/such/folder"])
+    assert result.exit_code != 0 and "/no/such/folder does not exist" in result.output
+    result = runner.invoke(cli, ["bench", "eval", "calc_x", "--set", "novalue", "--limit", "1"])
+    assert result.exit_code != 0 and "expected KEY=VALUE" in result.output
+    with pytest.raises(ValueError, match="unknown benchmark task 'wikisql'"):
+        get_task("wikisql")
+
+
+def test_list_names_the_three_tasks() -> None:
+    result = CliRunner().invoke(cli, ["bench", "list"])
+    assert result.exit_code == 0, result.output
+    for name in ("spider", "musique", "calc_x"):
+        assert name in result.output
+
+
+def test_recipe_files_are_checked(tmp_path: Path) -> None:
+    task = _task()
+    assert read_recipe("cpu", task)["steps"] == 3 and read_recipe("cpu", task)["eval_temperature"] == 0.0
+    wrong = tmp_path / "r.toml"
+    wrong.write_text('task = "spider"\nsteps = 2\n')
+    with pytest.raises(ValueError, match="is for task 'spider', not 'echo'"):
+        read_recipe(str(wrong), task)
+    broken = tmp_path / "b.toml"
+    broken.write_text("steps = = 2")
+    with pytest.raises(ValueError, match="is not valid"):
+        read_recipe(str(broken), task)
+    with pytest.raises(ValueError, match="neither 'cpu' nor a file"):
+        read_recipe("gpu-please", task)
+
+
+@pytest.mark.parametrize("name", ["spider", "musique", "calc_x"])
+def test_shipped_gpu_recipes_parse_for_their_task(name: str) -> None:
+    options = read_recipe(str(HERE.parent / "recipes" / f"{name}-gpu.toml"), get_task(name))
+    assert options["device"] == "cuda" and options["steps"] > 0
