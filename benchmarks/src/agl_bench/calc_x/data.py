@@ -1,0 +1,63 @@
+"""Calc-X rows (`id, question, chain, result, source`) from JSON Lines or parquet, as agent task inputs.
+
+`<root>/calc_x/<split>.jsonl` is read, else `<split>.parquet` (the Calc-X collection's own format on the
+Hugging Face hub); splits `train` (300 rows) and `test` (200 rows) ship in the shared data folder. A task
+input is `{"id", "question", "result"}` (`result`: the gold answer string).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from agl_bench.datasets import DataError, read_jsonl, require_keys, task_folder
+
+TASK_DIR = "calc_x"
+SPLITS = ("train", "test")
+FIELDS = ("id", "question", "chain", "result")  # `source` is always "calc": not needed, not required
+
+
+def read_rows(path: Path) -> list[dict[str, Any]]:
+    """The rows of a `.jsonl` or `.parquet` file, each checked to have the Calc-X fields as strings."""
+    rows = _read_parquet(path) if path.suffix == ".parquet" else read_jsonl(path, "Calc-X data file")
+    for index, row in enumerate(rows, 1):
+        where = f"{path}:{index}" if path.suffix != ".parquet" else f"{path}: row {index}"
+        require_keys(row, FIELDS, where)
+        for key in FIELDS:
+            if not isinstance(row[key], str):
+                raise DataError(f"{where}: field {key} must be a string, got {type(row[key]).__name__}")
+        if not row["question"].strip() or not row["result"].strip():
+            raise DataError(f"{where}: empty question or result")
+    return rows
+
+
+def _read_parquet(path: Path) -> list[dict[str, Any]]:
+    if not path.is_file():
+        raise DataError(f"Calc-X data file not found: {path}")
+    import pyarrow.parquet as pq  # only when parquet is read: the JSONL path needs no pyarrow
+
+    try:
+        table = pq.read_table(path)
+    except Exception as exc:  # pyarrow raises several types (ArrowInvalid, OSError) for unreadable files
+        raise DataError(f"{path}: not a readable parquet file ({exc})") from None
+    rows: list[dict[str, Any]] = table.to_pylist()
+    return rows
+
+
+def split_file(folder: Path, split: str) -> Path:
+    if split not in SPLITS:
+        raise DataError(f"unknown Calc-X split {split!r}; choose one of {', '.join(SPLITS)}")
+    for suffix in (".jsonl", ".parquet"):
+        candidate = folder / f"{split}{suffix}"
+        if candidate.is_file():
+            return candidate
+    raise DataError(f"Calc-X {split} split not found: {folder / f'{split}.jsonl'} (or .parquet)")
+
+
+def task_input(row: dict[str, Any]) -> dict[str, Any]:
+    return {"id": row["id"], "question": row["question"], "result": row["result"]}
+
+
+def load(root: Path, split: str) -> list[dict[str, Any]]:
+    """The task inputs of one split, in file order."""
+    return [task_input(row) for row in read_rows(split_file(task_folder(root, TASK_DIR), split))]
