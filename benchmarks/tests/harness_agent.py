@@ -19,5 +19,7 @@ def solve(task: dict[str, Any], llm: agl.LLM) -> float:
         )
     answer = reply.choices[0].message.content or ""
     exact = float(answer == f"Echo: {task['answer']}")
-    report({"exact": exact, "length": len(answer) / 100}, prediction=answer, gold=task["answer"], upper=task.get("upper"))
+    report(
+        {"exact": exact, "length": len(answer) / 100}, prediction=answer, gold=task["answer"], upper=task.get("upper")
+    )
     return exact

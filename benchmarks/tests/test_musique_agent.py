@@ -64,6 +64,8 @@ def test_agent_runs_in_an_agl_worker(
              "corpus_path": small, "top_k": 1, "retriever": "dense", "embedding_url": embeddings.url,
              "embedding_model": "hash-bow", "prompts": search_then_say},
         ]  # fmt: skip
+        # the script calls each tool once per conversation: leave out the worked exchange (it holds a call)
+        tasks = [{**task, "shots": 0} for task in tasks]
         ids = [r.id for task in tasks for r in agl_client.enqueue(task)]
         agl_workers(TASK.agent, agl_server.url)
         rollouts = wait_rollouts(agl_client, ids, timeout=90)
@@ -128,3 +130,22 @@ def test_agent_runs_in_an_agl_worker(
     (empty,) = air_rewards(details[2], TASK.air_rules())
     first_call = min(details[2].llm_calls, key=lambda c: c.seq)
     assert empty.after_llm_seq == first_call.seq and empty.agent_name == "researcher"
+
+
+@pytest.mark.slow
+def test_the_worked_exchange_reaches_the_model_as_a_real_tool_call(
+    agl_server: ServerProcess, agl_client: Client, agl_workers: Any, tmp_path: Path
+) -> None:
+    small = str(write_jsonl(tmp_path / "small.jsonl", SMALL_CORPUS))
+    task = {"id": "w", "question": "Which city is the capital of France?", "answers": ["Paris"], "corpus_path": small}
+    (rollout,) = agl_client.enqueue({**task, "prompts": _scripted("agl-say: Answer: Paris")})
+    agl_workers(TASK.agent, agl_server.url)
+    wait_rollouts(agl_client, [rollout.id], timeout=60)
+    (call,) = agl_client.rollout_detail(rollout.id).llm_calls
+    messages = call.request["messages"]
+    assert [m["role"] for m in messages] == ["system", "user", "assistant", "tool", "assistant", "user"]
+    assert messages[2]["tool_calls"][0]["function"]["name"] == "retrieve"
+    assert messages[3]["tool_call_id"] == messages[2]["tool_calls"][0]["id"]
+    assert messages[4]["content"].startswith("Answer: ") and messages[-1]["content"] == task["question"]
+    outcome = read_outcome(agl_client.rollout_detail(rollout.id))
+    assert outcome is not None and outcome.metrics["f1"] == 1.0

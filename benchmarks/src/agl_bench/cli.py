@@ -131,7 +131,10 @@ def eval_command(
     except (ValueError, RuntimeError, FileNotFoundError) as exc:
         raise click.ClickException(str(exc)) from exc
     console.print(results_table(report))
-    console.print(f"per-row results: {out_dir / 'results.json'} · inspect a rollout: agl show ID --run-dir {out_dir}")
+    console.print(
+        f"per-row results: {out_dir / 'results.json'} · to inspect rollouts: agl serve --run-dir {out_dir}, "
+        "then agl rollouts / agl show ID"
+    )
 
 
 @bench.command(name="train")

@@ -9,7 +9,9 @@ Task input: `{id, question, answers, corpus_path, hops}` (see `data.py`) and the
 - `retriever` (`"bm25"` default, or `"dense"`), with `embedding_url` (an OpenAI-compatible base URL ending in
   `/v1`) and `embedding_model` for dense retrieval (see `retrieval.py`);
 - `max_turns` (int, default 4): model turns before the run is cut off; a run cut off answers "" (score 0);
-- `prompts` (`{"researcher": ...}`): replaces the agent's instructions (tests put scripted-model directives here).
+- `prompts` (`{"researcher": ...}`): replaces the agent's instructions (tests put scripted-model directives here);
+- `shots` (int, default 1): worked exchanges (question → retrieve call → passages → `Answer:`) shown before the
+  question, as real tool calls in the conversation.
 
 Reward: token F1 of the answer against the gold answer and its aliases. `report` stores `f1`, `em` and
 `retrievals` (searches made). Every search is also recorded as a `musique:retrieval` span (hits, passage ids);
@@ -19,6 +21,7 @@ one with no hits has status `error`, which `air.EmptyRetrievalRule` penalises.
 from __future__ import annotations
 
 import asyncio
+import json
 import time
 from collections.abc import Mapping
 from typing import Any
@@ -55,6 +58,17 @@ RESEARCHER_INSTRUCTIONS = (
     "a time; search at most 3 times. Then reply with one line: Answer: <a few words>"
 )
 NO_PASSAGES = "No passages found for this query. Try other words."
+# A made-up worked exchange (not from MuSiQue) put in the conversation before the question: told only in words,
+# SmolLM2-135M never calls the tool and never uses the answer format (0 searches on 10 dev questions).
+WORKED = [
+    (
+        "In which country is the city where the Eiffel Tower stands?",
+        "Eiffel Tower city",
+        "[1] Eiffel Tower: The Eiffel Tower is a wrought-iron lattice tower in Paris, France.",
+        "France",
+    ),
+]
+DEFAULT_SHOTS = len(WORKED)
 MAX_TOKENS = 200
 DEFAULT_TOP_K = 3
 DEFAULT_MAX_TURNS = 4
@@ -112,6 +126,25 @@ def build_agent(
     )
 
 
+def worked_items(shots: int) -> list[Any]:
+    """The worked exchanges as Agents SDK input items (Responses-style; the chat-completions model converts them)."""
+    items: list[Any] = []
+    for i, (question, query, passages, answer) in enumerate(WORKED[:shots]):
+        call_id = f"call_example_{i}"
+        items += [
+            {"role": "user", "content": question},
+            {
+                "type": "function_call",
+                "call_id": call_id,
+                "name": "retrieve",
+                "arguments": json.dumps({"query": query}),
+            },
+            {"type": "function_call_output", "call_id": call_id, "output": passages},
+            {"role": "assistant", "content": f"Answer: {answer}"},
+        ]
+    return items
+
+
 @agl.rollout
 async def solve(task: dict[str, Any], llm: agl.LLM) -> float:
     agl_openai_agents.instrument()  # names the researcher's LLM calls, records tool spans (idempotent)
@@ -131,7 +164,9 @@ async def solve(task: dict[str, Any], llm: agl.LLM) -> float:
     async with AsyncOpenAI(base_url=llm.base_url, api_key=llm.api_key) as client:
         model = OpenAIChatCompletionsModel(model=llm.model, openai_client=client)
         try:
-            result = await Runner.run(agent, task["question"], max_turns=max_turns, run_config=RunConfig(model=model))
+            shots = int(task.get("shots", DEFAULT_SHOTS))
+            conversation = [*worked_items(shots), {"role": "user", "content": task["question"]}]
+            result = await Runner.run(agent, conversation, max_turns=max_turns, run_config=RunConfig(model=model))
             reply = str(result.final_output or "")
         except MaxTurnsExceeded:
             reply, stopped = "", "max_turns"  # no final answer: scored as an empty one
