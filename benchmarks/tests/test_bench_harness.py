@@ -100,3 +100,16 @@ def test_recipe_files_are_checked(tmp_path: Path) -> None:
 def test_shipped_gpu_recipes_parse_for_their_task(name: str) -> None:
     options = read_recipe(str(HERE.parent / "recipes" / f"{name}-gpu.toml"), get_task(name))
     assert options["device"] == "cuda" and options["steps"] > 0
+
+
+def test_limit_draws_the_same_rows_every_time_in_file_order() -> None:
+    from agl_bench.datasets import DataError, limit_rows
+
+    rows = [{"i": i} for i in range(100)]
+    first, again = limit_rows(rows, 10), limit_rows(rows, 10)
+    assert first == again and len(first) == 10
+    assert [r["i"] for r in first] == sorted(r["i"] for r in first)
+    assert [r["i"] for r in first] != list(range(10))  # not simply the first rows of a grouped file
+    assert limit_rows(rows, 500) == rows and limit_rows(rows, None) == rows
+    with pytest.raises(DataError, match="limit must be ≥ 1"):
+        limit_rows(rows, 0)

@@ -82,7 +82,7 @@ def list_tasks() -> None:
 @click.option("--endpoint-model", default=None, help="With a URL: the model name to ask the endpoint for.")
 @click.option("--api-key-env", default="OPENAI_API_KEY", show_default=True, help="With a URL: env var holding its key.")
 @click.option("--split", default=None, help="Which split (default: the task's evaluation split).")
-@click.option("--limit", type=int, default=None, help="Only the first N rows (file order).")
+@click.option("--limit", type=int, default=None, help="Only N rows, drawn with a fixed seed (the same every run).")
 @DATA_OPTION
 @SET_OPTION
 @click.option("--out", default=None, help="Output folder (default runs/bench-<task>-<time>).")
@@ -149,8 +149,8 @@ def eval_command(
 @click.option("--model", default=None, help="Local model folder or 'bundled' (default: the recipe's).")
 @click.option("--train-split", default=None, help="Default: the task's training split.")
 @click.option("--eval-split", default=None, help="Default: the task's evaluation split.")
-@click.option("--train-limit", type=int, default=None, help="Only the first N training rows.")
-@click.option("--eval-limit", type=int, default=None, help="Only the first N held-out rows.")
+@click.option("--train-limit", type=int, default=None, help="Only N training rows (drawn with a fixed seed).")
+@click.option("--eval-limit", type=int, default=None, help="Only N held-out rows (drawn with a fixed seed).")
 @click.option("--steps", type=int, default=None)
 @click.option("--tasks-per-step", type=int, default=None)
 @click.option("--group-size", type=int, default=None)

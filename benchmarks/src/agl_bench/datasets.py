@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import random
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
@@ -85,8 +86,12 @@ def require_keys(row: dict[str, Any], keys: Iterable[str], where: str) -> None:
         raise DataError(f"{where}: missing field(s) {', '.join(missing)}")
 
 
-def limit_rows(rows: list[dict[str, Any]], limit: int | None) -> list[dict[str, Any]]:
-    """The first `limit` rows (file order, so a limit picks the same rows every time)."""
+def limit_rows(rows: list[dict[str, Any]], limit: int | None, seed: int = 0) -> list[dict[str, Any]]:
+    """`limit` rows drawn with a fixed seed (the same rows every run), kept in file order. Drawn rather than the
+    first ones because the files are grouped (Spider by database, Calc-X by source data set)."""
     if limit is not None and limit < 1:
         raise DataError(f"limit must be ≥ 1, got {limit}")
-    return rows if limit is None else rows[:limit]
+    if limit is None or limit >= len(rows):
+        return rows
+    chosen = sorted(random.Random(seed).sample(range(len(rows)), limit))
+    return [rows[i] for i in chosen]
