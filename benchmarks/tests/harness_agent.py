@@ -3,6 +3,7 @@ outright for questions that say `crash` (a rollout that ends without an outcome)
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 import agl
@@ -11,6 +12,7 @@ from agl_bench.results import report
 
 @agl.rollout
 def solve(task: dict[str, Any], llm: agl.LLM) -> float:
+    time.sleep(float(task.get("sleep_s", 0)))
     if "crash" in task["question"]:
         raise RuntimeError("the agent crashed")
     with agl.agent("echoer"):

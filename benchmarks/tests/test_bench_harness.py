@@ -56,6 +56,16 @@ def test_eval_scores_every_row_and_counts_failures_as_zero(tmp_path: Path, agl_u
     assert (tmp_path / "out" / "agl.sqlite").exists()  # the store stays for `agl show`
 
 
+@pytest.mark.slow
+def test_an_evaluation_longer_than_one_rollouts_limit_is_not_cut_off(tmp_path: Path, agl_upstream: str) -> None:
+    # one at a time, each rollout ~1 s of a 5 s limit: 7 s and more in all, longer than one rollout's limit + 1 s
+    rows = [{"id": str(i), "question": "hi", "answer": "hi", "sleep_s": 1.0} for i in range(7)]
+    config = EvalConfig(_task(), "test", rows, ModelSpec(agl_upstream), tmp_path / "out", concurrency=1)
+    config.rollout_timeout_s, config.stall_margin_s = 5.0, 1.0
+    report = run_eval(config)
+    assert report.n == 7 and report.failed == 0 and report.metrics["exact"] == 1.0
+
+
 def test_eval_refuses_a_model_that_is_neither_embedded_url_nor_folder(tmp_path: Path) -> None:
     config = EvalConfig(_task(), "test", [{"id": "a"}], ModelSpec(str(tmp_path / "nope")), tmp_path / "out")
     with pytest.raises(ValueError, match="neither 'embedded', an http"):

@@ -61,6 +61,7 @@ class EvalConfig:
     concurrency: int = 8
     rollout_timeout_s: float = 900.0
     max_attempts: int = 1  # a benchmark scores the first answer: a retry would be a second try at the question
+    stall_margin_s: float = 300.0  # the wait gives up when nothing finished for a rollout's time limit plus this
 
 
 @dataclass
@@ -163,19 +164,27 @@ def run_eval(cfg: EvalConfig, console: Console | None = None) -> EvalReport:
 def _wait(
     client: Client, ids: list[str], workers: Sequence[subprocess.Popen[bytes]], cfg: EvalConfig, console: Console
 ) -> None:
-    deadline = time.monotonic() + cfg.rollout_timeout_s * cfg.max_attempts + 300
+    """Until every rollout has finished. A long evaluation is fine (each rollout has its own time limit, which
+    the server enforces); what stops the wait is no rollout finishing for longer than one may take."""
+    stall_s = cfg.rollout_timeout_s * cfg.max_attempts + cfg.stall_margin_s
     columns = (TextColumn(f"{cfg.task.name} {cfg.split}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
     with Progress(*columns, console=console, transient=True) as progress:
         bar = progress.add_task("eval", total=len(ids))
+        done, last_progress = 0, time.monotonic()
         while True:
             finished = sum(r.status.terminal for r in client.get_rollouts(ids))
             progress.update(bar, completed=finished)
             if finished == len(ids):
                 return
+            if finished > done:
+                done, last_progress = finished, time.monotonic()
             if all(w.poll() is not None for w in workers):
                 raise RuntimeError(f"every worker process exited; see {cfg.out_dir / 'logs'}")
-            if time.monotonic() > deadline:
-                raise RuntimeError(f"{len(ids) - finished} rollouts unfinished after the time limit")
+            if time.monotonic() - last_progress > stall_s:
+                raise RuntimeError(
+                    f"no rollout finished for {stall_s:.0f} s ({len(ids) - finished} unfinished); the finished ones "
+                    f"are in {cfg.out_dir / 'agl.sqlite'}"
+                )
             time.sleep(0.5)
 
 
