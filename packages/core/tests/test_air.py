@@ -26,6 +26,8 @@ def test_tool_errors_are_penalised_after_the_call_that_asked_for_the_tool() -> N
     assert all(r.source is RewardSource.automatic and r.name == "air:tool_status" for r in rewards)
     rewarded_ok = air_rewards(d, [ToolStatusRule(error_reward=-1.0, ok_reward=0.2)])
     assert [r.value for r in rewarded_ok] == [-1.0, 0.2, -1.0]
+    only_search = air_rewards(d, [ToolStatusRule(tool="search", name="air:search_error")])
+    assert [(r.name, r.metadata["tool"], r.after_llm_seq) for r in only_search] == [("air:search_error", "search", 1)]
 
 
 def test_air_rewards_reach_the_transitions_and_count_once() -> None:

@@ -1,8 +1,8 @@
 """AIR rules for Spider: intermediate rewards from what the trace already shows.
 
-- `SqlErrorRule` (`air:sql_error`, −0.1): an `execute_sql` tool span that ended in error (the query failed to
-  prepare or run, or timed out), placed right after the LLM call that wrote the query. Other tool spans are
-  ignored: only a failed query says the SQL was bad.
+- `air:sql_error` (−0.1; agl's `ToolStatusRule` limited to `execute_sql`): a query span that ended in error
+  (the query failed to prepare or run, or timed out), placed right after the LLM call that wrote the query.
+  Other tool spans are ignored: only a failed query says the SQL was bad.
 - `NoSqlRule` (`air:no_sql`, −0.2): a writer or rewriter answer in which no SQL statement can be found. Such an
   answer never reaches the database, so the SQL rule cannot see it; it is worse than a query that fails.
 """
@@ -12,25 +12,11 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from agl.air import AirRule, ToolStatusRule, final_attempt_calls, is_tool_span
+from agl.air import AirRule, ToolStatusRule, final_attempt_calls
 from agl.schema import RewardIn, RewardSource, RolloutDetail
-from agl.tracing import attributes as attr
 from agl_bench.spider.evaluate import extract_sql
 
 SQL_TOOL = "execute_sql"  # the tool span the agent records for each query it runs
-
-
-@dataclass(frozen=True)
-class SqlErrorRule:
-    reward: float = -0.1
-    tool: str = SQL_TOOL
-    name: str = "air:sql_error"
-
-    def __call__(self, detail: RolloutDetail) -> Iterable[RewardIn]:
-        # ToolStatusRule judges every tool span; show it only this tool's spans (and everything else unchanged).
-        spans = [s for s in detail.spans if not is_tool_span(s) or s.attributes.get(attr.TOOL_NAME) == self.tool]
-        only_sql = detail.model_copy(update={"spans": spans})
-        return ToolStatusRule(error_reward=self.reward, name=self.name)(only_sql)
 
 
 @dataclass(frozen=True)
@@ -62,4 +48,5 @@ class NoSqlRule:
 
 
 def air_rules() -> tuple[AirRule, ...]:
-    return (SqlErrorRule(), NoSqlRule())
+    # only a failed query says the SQL was bad: other tool spans are not this rule's business
+    return (ToolStatusRule(error_reward=-0.1, tool=SQL_TOOL, name="air:sql_error"), NoSqlRule())

@@ -5,7 +5,7 @@ A rule is any callable `RolloutDetail → iterable of RewardIn`; the built-in on
 
 - `ToolStatusRule`: a tool span that ended in error gives `error_reward` (default −0.1) right after the LLM call
   that asked for the tool; one that succeeded gives `ok_reward` (default 0: rewarding every tool call invites
-  calling tools for their own sake). Tool spans are those of kind `tool` (agl's `agl.tool(...)`, the adapters)
+  calling tools for their own sake); `tool=` limits it to one tool's spans. Tool spans are those of kind `tool` (agl's `agl.tool(...)`, the adapters)
   or carrying `gen_ai.tool.name` (OpenTelemetry GenAI instrumentations).
 - `AnswerParseRule`: the last answer of an agent that the task's parser cannot read gives `reward`
   (default −0.5).
@@ -56,6 +56,7 @@ class ToolStatusRule:
     error_reward: float = -0.1
     ok_reward: float = 0.0
     name: str = "air:tool_status"
+    tool: str | None = None  # only this tool's spans (e.g. a task's `execute_sql`); None: every tool
 
     def __call__(self, detail: RolloutDetail) -> Iterable[RewardIn]:
         attempt = detail.rollout.final_attempt_id
@@ -64,6 +65,8 @@ class ToolStatusRule:
         calls = final_attempt_calls(detail)
         for span in detail.spans:
             if span.attempt_id != attempt or not is_tool_span(span):
+                continue
+            if self.tool is not None and span.attributes.get(attr.TOOL_NAME) != self.tool:
                 continue
             if span.status is SpanStatus.error:
                 value, outcome = self.error_reward, "error"
