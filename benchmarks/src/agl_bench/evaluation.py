@@ -16,14 +16,12 @@ import os
 import subprocess
 import sys
 import time
-from collections.abc import Sequence
 from contextlib import ExitStack
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
 from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
 from agl.client import Client
@@ -31,6 +29,7 @@ from agl.processes import read_ready_line, start_server, start_worker
 from agl.schema import RolloutDetail
 from agl_bench.results import read_outcome
 from agl_bench.task import BenchTask
+from agl_trainer.waiting import wait_for_rollouts
 
 EMBEDDED = ("embedded", "bundled")
 
@@ -153,39 +152,20 @@ def run_eval(cfg: EvalConfig, console: Console | None = None) -> EvalReport:
                 row, n=1, mode="eval", max_attempts=cfg.max_attempts, timeout_s=cfg.rollout_timeout_s
             )
         ]
-        _wait(client, ids, workers, cfg, console)
+        wait_for_rollouts(
+            client,
+            ids,
+            label=f"{cfg.task.name} {cfg.split}",
+            console=console,
+            stall_s=cfg.rollout_timeout_s * cfg.max_attempts + cfg.stall_margin_s,
+            workers=workers,
+            logs=logs,
+        )
         details = client.rollout_details(ids)
     rows = [_row_result(d, cfg.task) for d in details]
     report = _summarise(cfg, rows, (time.monotonic() - t0) / 60)
     (cfg.out_dir / "results.json").write_text(json.dumps(report.to_json(), indent=2))
     return report
-
-
-def _wait(
-    client: Client, ids: list[str], workers: Sequence[subprocess.Popen[bytes]], cfg: EvalConfig, console: Console
-) -> None:
-    """Until every rollout has finished. A long evaluation is fine (each rollout has its own time limit, which
-    the server enforces); what stops the wait is no rollout finishing for longer than one may take."""
-    stall_s = cfg.rollout_timeout_s * cfg.max_attempts + cfg.stall_margin_s
-    columns = (TextColumn(f"{cfg.task.name} {cfg.split}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
-    with Progress(*columns, console=console, transient=True) as progress:
-        bar = progress.add_task("eval", total=len(ids))
-        done, last_progress = 0, time.monotonic()
-        while True:
-            finished = sum(r.status.terminal for r in client.get_rollouts(ids))
-            progress.update(bar, completed=finished)
-            if finished == len(ids):
-                return
-            if finished > done:
-                done, last_progress = finished, time.monotonic()
-            if all(w.poll() is not None for w in workers):
-                raise RuntimeError(f"every worker process exited; see {cfg.out_dir / 'logs'}")
-            if time.monotonic() - last_progress > stall_s:
-                raise RuntimeError(
-                    f"no rollout finished for {stall_s:.0f} s ({len(ids) - finished} unfinished); the finished ones "
-                    f"are in {cfg.out_dir / 'agl.sqlite'}"
-                )
-            time.sleep(0.5)
 
 
 def _row_result(detail: RolloutDetail, task: BenchTask) -> RowResult:

@@ -32,7 +32,6 @@ from pathlib import Path
 from typing import Any
 
 from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from agl.air import DEFAULT_RULES, AirRule, air_rewards, with_air
 from agl.client import Client
@@ -47,6 +46,7 @@ from agl_trainer.metrics import MetricsLog
 from agl_trainer.models import load_model, resolve_model
 from agl_trainer.policy import PolicyConfig, PolicyTrainer, agent_adapters, wrap_lora
 from agl_trainer.serving import EngineServer
+from agl_trainer.waiting import wait_for_rollouts
 
 log = logging.getLogger(__name__)
 
@@ -243,21 +243,15 @@ class TrainingRun:
                 task, n=n, mode=mode, step=step, max_attempts=cfg.max_attempts, timeout_s=cfg.rollout_timeout_s
             )
         ]
-        deadline = time.monotonic() + cfg.rollout_timeout_s * cfg.max_attempts + 120
-        columns = (TextColumn(f"{label:<14}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
-        with Progress(*columns, console=self.console, transient=True) as progress:
-            bar = progress.add_task(label, total=len(ids))
-            while True:
-                rollouts = self.client.get_rollouts(ids)
-                finished = sum(r.status.terminal for r in rollouts)
-                progress.update(bar, completed=finished)
-                if finished == len(ids):
-                    return rollouts
-                if all(w.poll() is not None for w in self.workers):
-                    raise RuntimeError(f"every worker process exited; see {self.run_dir / 'logs'}")
-                if time.monotonic() > deadline:
-                    raise RuntimeError(f"{len(ids) - finished} rollouts unfinished after the time limit")
-                time.sleep(0.25)
+        return wait_for_rollouts(
+            self.client,
+            ids,
+            label=label,
+            console=self.console,
+            stall_s=cfg.rollout_timeout_s * cfg.max_attempts + 120,
+            workers=self.workers,
+            logs=self.run_dir / "logs",
+        )
 
     def _details(self, rollouts: Sequence[Rollout]) -> list[RolloutDetail]:
         details = self.client.rollout_details([r.id for r in rollouts])
