@@ -9,7 +9,7 @@ DEPS   := requirements-dev.txt requirements-adapters.txt packages/core/pyproject
 # torch first, pinned: a local CPU wheel here; left to pip, the trainer's `torch>=` pulls GBs of CUDA wheels.
 TORCH  ?= torch==2.13.0
 
-.PHONY: install demo quickstart test lint typecheck bench clean
+.PHONY: install demo quickstart test test-newest lint typecheck bench clean
 
 $(STAMP): $(DEPS)
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -37,9 +37,13 @@ quickstart: $(STAMP)
 test: $(STAMP)
 	$(BIN)/python -m pytest
 
+# Each adapter alone in a fresh environment with the newest release of its framework and of openai (CI runs it).
+test-newest:
+	$(PYTHON) .ci/test_newest.py
+
 lint: $(STAMP)
-	$(BIN)/ruff check packages tests benchmarks examples
-	$(BIN)/ruff format --check packages tests benchmarks examples
+	$(BIN)/ruff check packages tests benchmarks examples .ci
+	$(BIN)/ruff format --check packages tests benchmarks examples .ci
 
 typecheck: $(STAMP)
 	$(BIN)/mypy
@@ -49,4 +53,4 @@ bench: $(STAMP)
 	$(BIN)/python benchmarks/perf/run_all.py
 
 clean:
-	rm -rf $(VENV) runs
+	rm -rf $(VENV) .venv-newest runs

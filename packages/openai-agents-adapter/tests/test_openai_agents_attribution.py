@@ -8,10 +8,11 @@ from __future__ import annotations
 
 import asyncio
 import itertools
-from typing import Any
+from typing import Any, cast
 
 import openai
-from agents import Agent, OpenAIChatCompletionsModel, RunConfig, Runner, function_tool
+from agents import Agent, FunctionTool, OpenAIChatCompletionsModel, RunConfig, Runner, function_tool
+from agents.tool import default_tool_error_function
 from openai import AsyncOpenAI
 
 import agl
@@ -88,21 +89,108 @@ def test_tools_handoff_and_agents_become_spans(agl_server: ServerProcess, agl_cl
     assert [(s.name, s.agent_name) for s in agents] == [("agent:triage", "triage"), ("agent:math", "math")]
 
 
-def test_a_failing_tool_is_an_error_span_though_the_sdk_hands_the_model_a_message(
+def test_a_failing_tool_is_an_error_span_with_its_reason_though_the_sdk_hands_the_model_a_message(
     agl_server: ServerProcess, agl_client: Client
 ) -> None:
     task = {**TASK, "question": "What is 7 / 0?", "answer": 0}
     detail = run_one(example.solve, agl_server, agl_client, task)
     calc = detail.llm_calls[-1]
-    # The SDK caught the exception and sent its message to the model as the tool's output...
-    assert "division by zero" in calc.request["messages"][-1]["content"]
-    # ...and agl still records the call as failed, with the reason.
+    # The SDK caught the exception and sent the model its own message, exactly as without agl: its default
+    # formatter's (with the reason in openai-agents 0.20, a fixed text since 0.21).
+    sdk_message = default_tool_error_function(cast(Any, None), ValueError("division by zero"))
+    assert calc.request["messages"][-1]["content"] == sdk_message
+    # ...and agl records the call as failed, with the real reason (not the SDK's redacted span text).
     by_name = {s.name: s for s in spans_named(detail, "tool:")}
     assert by_name["tool:classify"].status.value == "ok"
     failed = by_name["tool:calculator"]
     assert failed.status.value == "error" and failed.agent_name == "math"
-    assert failed.status_message is not None and "division by zero" in failed.status_message
+    assert failed.status_message is not None and "ValueError: division by zero" in failed.status_message
     assert final_reward(detail) == 0.0
+
+
+@agl.rollout
+async def failing_tools(task: dict[str, Any], llm: agl.LLM) -> None:
+    """Lone agents run at once, each calling a tool that fails with a message of its own: async tools that all
+    wait until every one of them has started (so their failures really overlap), and a sync tool (the SDK runs
+    it in a thread) with its own `failure_error_function`."""
+    agl_openai_agents.instrument()
+    names: list[str] = task["async"]
+    started: list[str] = []
+    all_started = asyncio.Event()
+
+    @function_tool
+    async def explode(what: str) -> str:
+        """Explode."""
+        started.append(what)
+        if len(started) == len(names):
+            all_started.set()
+        await asyncio.wait_for(all_started.wait(), timeout=10)
+        raise RuntimeError(f"{what} blew up")
+
+    @function_tool(failure_error_function=lambda ctx, error: "Not now.")
+    def explode_in_thread(what: str) -> str:
+        """Explode in a thread."""
+        raise LookupError(f"{what} not found")
+
+    def lone(name: str, tool: FunctionTool) -> Agent[Any]:
+        return Agent(name=name, instructions=f"You are {name}.\nagl-tools: {tool.name}", tools=[tool])
+
+    async with AsyncOpenAI(base_url=llm.base_url, api_key=llm.api_key) as client:
+        config = RunConfig(model=OpenAIChatCompletionsModel(model=llm.model, openai_client=client))
+        runs = [Runner.run(lone(name, explode), name, run_config=config) for name in names]
+        runs.append(Runner.run(lone(task["sync"], explode_in_thread), task["sync"], run_config=config))
+        await asyncio.gather(*runs)
+
+
+def assert_each_tool_span_has_its_own_reason(detail: RolloutDetail, task: dict[str, Any]) -> None:
+    tools = {s.agent_name: s for s in spans_named(detail, "tool:")}
+    assert sorted(tools) == sorted([*task["async"], task["sync"]])
+    for name in task["async"]:
+        assert (tools[name].name, tools[name].status.value) == ("tool:explode", "error")
+        assert tools[name].status_message is not None
+        assert tools[name].status_message.endswith(f"RuntimeError: {name} blew up"), tools[name].status_message
+    sync = tools[task["sync"]]
+    assert (sync.name, sync.status.value) == ("tool:explode_in_thread", "error")
+    assert sync.status_message is not None and sync.status_message.endswith(f"LookupError: {task['sync']} not found")
+    # What the model was shown is the SDK's: its default message for the async tools, the app's own for the other.
+    shown = {
+        sent_by(c): c.request["messages"][-1]["content"] for c in detail.llm_calls if len(c.request["messages"]) > 2
+    }
+    for name in task["async"]:
+        assert shown[name] == default_tool_error_function(cast(Any, None), RuntimeError(f"{name} blew up"))
+    assert shown[task["sync"]] == "Not now."
+
+
+def test_concurrent_failing_tools_each_keep_their_own_reason(agl_server: ServerProcess, agl_client: Client) -> None:
+    task = {"async": ["alpha", "beta", "gamma"], "sync": "delta"}
+    assert_each_tool_span_has_its_own_reason(run_one(failing_tools, agl_server, agl_client, task), task)
+
+
+def test_concurrent_rollouts_each_keep_their_own_tool_failures(agl_server: ServerProcess, agl_client: Client) -> None:
+    tasks = [{"async": ["alpha", "beta"], "sync": "gamma"}, {"async": ["one", "two"], "sync": "three"}]
+    rollouts = [r for task in tasks for r in agl_client.enqueue(task)]
+    stats = agl.Runner(failing_tools, agl_server.url, concurrency=2, heartbeat_s=0.5).run(max_rollouts=2)
+    assert stats.succeeded == 2, stats
+    for rollout, task in zip(rollouts, tasks, strict=True):
+        assert_each_tool_span_has_its_own_reason(agl_client.rollout_detail(rollout.id), task)
+
+
+@agl.rollout
+async def failing_tool_without_sensitive_data(task: dict[str, Any], llm: agl.LLM) -> None:
+    agl_openai_agents.instrument()
+    async with AsyncOpenAI(base_url=llm.base_url, api_key=llm.api_key) as client:
+        model = OpenAIChatCompletionsModel(model=llm.model, openai_client=client)
+        config = RunConfig(model=model, trace_include_sensitive_data=False)
+        await Runner.run(example.build_agents(SCRIPTED), "What is 7 / 0?", run_config=config)
+
+
+def test_without_sensitive_trace_data_a_failed_tool_keeps_only_the_exception_type(
+    agl_server: ServerProcess, agl_client: Client
+) -> None:
+    detail = run_one(failing_tool_without_sensitive_data, agl_server, agl_client)
+    failed = {s.name: s for s in spans_named(detail, "tool:")}["tool:calculator"]
+    assert failed.status.value == "error" and failed.status_message is not None
+    assert failed.status_message.endswith(": ValueError") and "division" not in failed.status_message
 
 
 def test_selecting_math_trains_only_math_while_triage_calls_stay_stored(

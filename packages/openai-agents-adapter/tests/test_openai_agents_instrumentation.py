@@ -11,6 +11,8 @@ from typing import Any
 
 import pytest
 from agents import OpenAIChatCompletionsModel, RunConfig, Runner
+from agents import tool as sdk_tool
+from agents.run_internal import tool_execution
 from agents.tracing import Span, Trace, add_trace_processor, set_trace_processors
 from agents.tracing.processors import default_processor
 from openai import AsyncOpenAI
@@ -40,6 +42,8 @@ def test_importing_the_package_registers_nothing() -> None:
         "import agl_openai_agents, agents.tracing.setup as setup\n"
         "assert setup.GLOBAL_TRACE_PROVIDER is None, 'trace provider created at import'\n"
         "assert not agl_openai_agents.is_instrumented()\n"
+        "import agents.tool\n"
+        "assert not hasattr(agents.tool.maybe_invoke_function_tool_failure_error_function, '__wrapped__')\n"
         "from agents.tracing import get_trace_provider\n"
         "print([type(p).__name__ for p in get_trace_provider()._multi_processor._processors])\n"
     )
@@ -48,6 +52,7 @@ def test_importing_the_package_registers_nothing() -> None:
 
 
 def test_instrument_is_idempotent_and_uninstrument_restores_the_processors() -> None:
+    sdk_failure_handler = sdk_tool.maybe_invoke_function_tool_failure_error_function
     mine_before, mine_after = Collecting(), Collecting()
     add_trace_processor(mine_before)
     original = trace_processors()
@@ -62,11 +67,17 @@ def test_instrument_is_idempotent_and_uninstrument_restores_the_processors() -> 
     assert gate.inner is default_processor()
     assert default_processor() not in installed and mine_before in installed
     assert agl_openai_agents.is_instrumented()
+    # The SDK's tool failure handler is wrapped (once) where it is called, so agl's tool spans get the reason.
+    for module in (sdk_tool, tool_execution):
+        wrapped = module.maybe_invoke_function_tool_failure_error_function
+        assert wrapped is not sdk_failure_handler and wrapped.__wrapped__ is sdk_failure_handler  # type: ignore[attr-defined]
 
     agl_openai_agents.uninstrument()
     agl_openai_agents.uninstrument()
     assert trace_processors() == [*original, mine_after]
     assert not agl_openai_agents.is_instrumented()
+    assert sdk_tool.maybe_invoke_function_tool_failure_error_function is sdk_failure_handler
+    assert tool_execution.maybe_invoke_function_tool_failure_error_function is sdk_failure_handler
 
     # If the user replaced the processors in between, `instrument()` puts agl's back.
     agl_openai_agents.instrument()

@@ -6,7 +6,7 @@ from __future__ import annotations
 import os
 import time
 from collections.abc import Iterator, Sequence
-from typing import Any, TypeVar
+from typing import Any, NamedTuple, TypeVar
 
 import httpx
 from pydantic import BaseModel, TypeAdapter
@@ -24,6 +24,7 @@ from agl.schema import (
     Task,
     TaskIn,
 )
+from agl.tracing import attributes as attr
 
 API = "/api/v1"
 DEFAULT_SERVER = "http://127.0.0.1:8765"
@@ -32,6 +33,13 @@ M = TypeVar("M")
 _claims = TypeAdapter(list[Claim])
 _rollouts = TypeAdapter(list[Rollout])
 _details = TypeAdapter(list[RolloutDetail])
+
+
+class Completed(NamedTuple):
+    """The server's answer to an attempt's report."""
+
+    rollout: Rollout
+    missed_attribution: int  # LLM calls of the attempt that lost their agent name (an unpatched HTTP client)
 
 
 class AglHTTPError(Exception):
@@ -223,10 +231,26 @@ class AsyncClient:
         )
 
     async def complete(
-        self, attempt_id: str, status: str, *, reward: float | None, error: str | None, after_llm_seq: int | None
-    ) -> Rollout:
-        body = {"status": status, "reward": reward, "error": error, "after_llm_seq": after_llm_seq}
-        return Rollout.model_validate(await self._call("POST", f"/attempts/{attempt_id}/complete", body))
+        self,
+        attempt_id: str,
+        status: str,
+        *,
+        reward: float | None,
+        error: str | None,
+        after_llm_seq: int | None,
+        agent_scopes: int | None = None,
+    ) -> Completed:
+        body = {
+            "status": status,
+            "reward": reward,
+            "error": error,
+            "after_llm_seq": after_llm_seq,
+            "agent_scopes": agent_scopes,
+        }
+        resp = await self._http.request("POST", f"{API}/attempts/{attempt_id}/complete", json=body)
+        _raise_for(resp)
+        missed = resp.headers.get(attr.HEADER_MISSED_ATTRIBUTION, "0")
+        return Completed(Rollout.model_validate(resp.json()), int(missed) if missed.isdigit() else 0)
 
     async def add_spans(self, spans: Sequence[SpanIn]) -> int:
         return int((await self._call("POST", "/spans", {"spans": _json(spans)}))["stored"])

@@ -38,6 +38,7 @@ class RunnerStats:
     failed: int = 0
     timeout: int = 0
     superseded: int = 0  # the server gave the rollout to another attempt (lease expired); result discarded
+    missed_attribution: int = 0  # LLM calls that lost their agent name (sent by a client agl does not patch)
 
     @property
     def finished(self) -> int:
@@ -181,9 +182,14 @@ class Runner:
             if otel is not None:  # its batched spans must reach the server before the attempt is reported
                 await asyncio.to_thread(otel.force_flush, 10_000)
             await self._flush(client, ctx, final=True)
-            await self._retry(
+            completed = await self._retry(
                 lambda: client.complete(
-                    ctx.attempt_id, status, reward=reward, error=error, after_llm_seq=ctx.last_llm_seq
+                    ctx.attempt_id,
+                    status,
+                    reward=reward,
+                    error=error,
+                    after_llm_seq=ctx.last_llm_seq,
+                    agent_scopes=ctx.agent_scopes,
                 ),
                 what=f"report attempt {ctx.attempt_id}",
             )
@@ -197,6 +203,9 @@ class Runner:
             self.stats.failed += 1
             return
         setattr(self.stats, status, getattr(self.stats, status) + 1)
+        if completed.missed_attribution:
+            self.stats.missed_attribution += completed.missed_attribution
+            _warn_missed_attribution(ctx, completed.missed_attribution)
 
     def _call_agent(self, task_input: Any, llm: LLM) -> Any:
         if self.agent.is_async:
@@ -257,6 +266,27 @@ class Runner:
                 log.warning("could not %s (%s); retrying in %.1f s", what, exc, delay)
                 await asyncio.sleep(delay)
                 delay = min(delay * 2, 2.0)
+
+
+_warned_missed = False
+
+
+def _warn_missed_attribution(ctx: RolloutContext, missed: int) -> None:
+    """Once per worker process: loud enough to be seen, not once per rollout of a long run."""
+    global _warned_missed
+    if _warned_missed:
+        return
+    _warned_missed = True
+    stacks = ", ".join(http_inject.patched_stacks()) or "none"
+    log.warning(
+        "%d LLM call(s) of rollout %s reached the proxy without their agent name although the agent opened agent"
+        " scopes: it sends requests with an HTTP client agl does not patch (agl patches: %s). These calls are"
+        " stored as 'missed' (agl show counts them) and are not trained when agents are selected. Use a client"
+        " built on a patched library, or add agl.attribution_headers() to each request. (Said once per worker.)",
+        missed,
+        ctx.rollout_id,
+        stacks,
+    )
 
 
 def _as_reward(result: Any) -> float | None:

@@ -56,6 +56,16 @@ class SpanStatus(str, enum.Enum):
 class Attribution(str, enum.Enum):
     scope = "scope"  # the call arrived inside an agent scope that named its agent
     unattributed = "unattributed"  # no agent scope was active: stored, flagged, never guessed
+    # The request did not pass through agl's HTTP hook (an HTTP client agl does not patch), so no agent could
+    # be named; it becomes `missed` when its attempt turns out to have opened agent scopes.
+    unhooked = "unhooked"
+    # Its attempt opened agent scopes, but the call came through an unpatched client: its agent name was lost.
+    missed = "missed"
+
+    @property
+    def lost(self) -> bool:
+        """The agent name should have been there: counted and warned about everywhere."""
+        return self is Attribution.missed
 
 
 # ----------------------------------------------------------------------------------------------- tasks
@@ -143,6 +153,9 @@ class CompleteRequest(_Model):
     reward: float | None = None  # a float the agent returned: stored as a reward of source "returned"
     error: str | None = Field(default=None, max_length=20_000)
     after_llm_seq: int | None = None
+    # how many agent scopes the attempt opened (runners of agl-core ≥ 0.1 send it); with any, its calls that
+    # bypassed agl's HTTP hook are marked `missed`
+    agent_scopes: int | None = Field(default=None, ge=0)
 
 
 # --------------------------------------------------------------------------------------------- rewards

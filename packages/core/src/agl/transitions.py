@@ -71,6 +71,9 @@ class BuildStats:
     dropped_rollouts: Counter[str] = field(default_factory=Counter)  # reason → rollouts left out
     dropped_calls: Counter[str] = field(default_factory=Counter)  # reason → calls left out
     dropped_rewards: Counter[str] = field(default_factory=Counter)  # reason → rewards not placed
+    # calls whose agent name was lost on the way (an HTTP client agl does not patch), trained or not: counted
+    # apart because it means the selection cannot work as the user asked
+    missed_attribution: int = 0
 
     def merge(self, other: BuildStats) -> None:
         self.rollouts += other.rollouts
@@ -80,6 +83,7 @@ class BuildStats:
         self.dropped_rollouts.update(other.dropped_rollouts)
         self.dropped_calls.update(other.dropped_calls)
         self.dropped_rewards.update(other.dropped_rewards)
+        self.missed_attribution += other.missed_attribution
 
     def summary(self) -> str:
         parts = [f"{self.episodes}/{self.rollouts} rollouts → {self.transitions} transitions"]
@@ -92,13 +96,19 @@ class BuildStats:
         ):
             if counter:
                 parts.append(f"{title}: " + ", ".join(f"{k} {v}" for k, v in sorted(counter.items())))
+        if self.missed_attribution:
+            parts.append(
+                f"⚠ {self.missed_attribution} calls lost their agent name (sent by an HTTP client agl does not patch)"
+            )
         return "; ".join(parts)
 
 
 def _call_reason(call: LLMCall, selection: AgentSelection) -> str | None:
     """Why a call gives no transition, or None if it does."""
     if not selection.selects(call.agent_name):
-        return "unattributed" if call.agent_name is None else "agent not selected"
+        if call.agent_name is not None:
+            return "agent not selected"
+        return "agent name lost" if call.attribution.lost else "unattributed"
     if call.status != "ok":
         return "call failed"
     if not call.trainable or not call.prompt_ids or call.response_ids is None:
@@ -180,6 +190,7 @@ def build_episode(
 
     transitions: list[Transition] = []
     for call in sorted((c for c in detail.llm_calls if c.attempt_id == attempt), key=lambda c: c.seq):
+        stats.missed_attribution += call.attribution.lost
         reason = _call_reason(call, selection)
         if (
             reason is None

@@ -2,7 +2,8 @@
 
 `agl_openai_agents.instrument()` adds agl's `TracingProcessor` to the SDK's trace pipeline: during an agl
 rollout each `Agent`'s LLM calls are attributed to its `Agent.name` (handoffs included), every function tool
-call becomes a tool span with status ok / error, and nothing is exported to OpenAI's tracing backend.
+call becomes a tool span with status ok / error (with the exception that failed it, which the SDK's own spans
+redact since openai-agents 0.21), and nothing is exported to OpenAI's tracing backend.
 Importing this package changes nothing; `uninstrument()` undoes `instrument()`.
 """
 

@@ -3,25 +3,45 @@
 The SDK's default processor exports every trace to OpenAI's tracing backend. During training that would send
 the rollouts' traces (and, from a worker without a real key, error logs) to OpenAI, so `instrument()` wraps it
 in `OutsideRollouts`: inside an agl rollout nothing reaches it; the same app run by hand exports as before.
+
+It also wraps the one function through which the SDK (0.20 to 0.24 at least) hands a failed tool's exception to
+the tool's `failure_error_function`, whose return value is the message the model gets. Since openai-agents 0.21
+the SDK's span no longer carries the exception's text ("Error details are redacted"), and the default message
+the model gets does not either; the wrapper passes the exception to `note_tool_failure` for agl's tool span and
+then calls the SDK's function unchanged, so the model sees exactly what it would have. Wrapping that function,
+rather than each tool's `failure_error_function` or `on_invoke_tool`, reaches every function tool (already built
+ones included, and agents called as tools) without touching the app's tools, and leaves the SDK's own
+redaction, which checks the formatter's identity, as it was.
 """
 
 from __future__ import annotations
 
+import functools
+import importlib
 import logging
 import os
 import threading
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 from agents.tracing import Span, Trace, TracingProcessor, get_trace_provider, set_trace_processors
 from agents.tracing.processors import default_processor
 
 from agl.tracing.context import current_rollout
-from agl_openai_agents.processor import AglTracingProcessor
+from agl_openai_agents.processor import AglTracingProcessor, note_tool_failure
 
 log = logging.getLogger(__name__)
 
 _lock = threading.Lock()
 _installed: AglTracingProcessor | None = None
+
+_FailureHandler = Callable[..., Awaitable[str | None]]
+_FAILURE_HANDLER = "maybe_invoke_function_tool_failure_error_function"
+# `agents.tool` calls it for a tool that raised; `tool_execution` imported a binding of its own, which it calls
+# for a tool task that was cancelled.
+_FAILURE_HANDLER_MODULES = ("agents.tool", "agents.run_internal.tool_execution")
+# Module name -> (the SDK's own function, agl's wrapper of it), for each module whose binding `instrument()` replaced.
+_replaced: dict[str, tuple[_FailureHandler, _FailureHandler]] = {}
 
 
 class OutsideRollouts(TracingProcessor):
@@ -88,6 +108,7 @@ def instrument() -> None:
         wrapped = [OutsideRollouts(p) if p is exporter else p for p in processors]
         _installed = AglTracingProcessor()
         set_trace_processors([_installed, *wrapped])
+        _wrap_failure_handlers()
 
 
 def uninstrument() -> None:
@@ -101,6 +122,7 @@ def uninstrument() -> None:
             p.inner if isinstance(p, OutsideRollouts) else p for p in _current_processors() if p is not installed
         ]
         set_trace_processors(restored)
+        _unwrap_failure_handlers()
 
 
 def is_instrumented() -> bool:
@@ -120,3 +142,46 @@ def _current_processors() -> list[TracingProcessor]:
             "with a custom provider, register agl_openai_agents.AglTracingProcessor() yourself"
         )
     return list(processors)
+
+
+def _keeping_the_reason(handler: _FailureHandler) -> _FailureHandler:
+    @functools.wraps(handler)
+    async def wrapper(*args: Any, **kwargs: Any) -> str | None:
+        # Keyword-only in the SDK (`function_tool=, context=, error=`); forwarded untouched either way.
+        error = kwargs.get("error")
+        if isinstance(error, BaseException):
+            note_tool_failure(error, kwargs.get("context"))
+        return await handler(*args, **kwargs)
+
+    return wrapper
+
+
+def _wrap_failure_handlers() -> None:
+    for name in _FAILURE_HANDLER_MODULES:
+        if name in _replaced:
+            continue
+        try:
+            module = importlib.import_module(name)
+        except ImportError:
+            continue
+        handler = getattr(module, _FAILURE_HANDLER, None)
+        if handler is None:
+            continue
+        wrapper = _keeping_the_reason(handler)
+        _replaced[name] = (handler, wrapper)
+        setattr(module, _FAILURE_HANDLER, wrapper)
+    if "agents.tool" not in _replaced:
+        log.warning(
+            "this openai-agents version has no agents.tool.%s: a failed tool's span will carry only the reason "
+            "the SDK's own span gives (redacted since openai-agents 0.21)",
+            _FAILURE_HANDLER,
+        )
+
+
+def _unwrap_failure_handlers() -> None:
+    for name, (handler, wrapper) in _replaced.items():
+        module = importlib.import_module(name)
+        # Put the SDK's function back over agl's wrapper only, never over what someone else set since.
+        if getattr(module, _FAILURE_HANDLER, None) is wrapper:
+            setattr(module, _FAILURE_HANDLER, handler)
+    _replaced.clear()

@@ -8,6 +8,11 @@ from it: model calls, tool calls, nested runs) where the SDK sends the model's H
 `Runner.run`, `run_sync` and `run_streamed` (the last two run the same loop in a task of their own); runs made
 at the same time live in different asyncio tasks or threads, each with its own context, so they never see each
 other's agent.
+
+The same holds for a function span: the SDK starts it in the task that runs that one tool call, then creates the
+task that invokes the tool from there. `on_span_start` puts a fresh `_ToolFailure` in that context, so the hook
+`instrument()` installs on the SDK's failure handling (`note_tool_failure`) fills the holder of exactly the call
+that failed, however many tools, runs and rollouts run at once.
 """
 
 from __future__ import annotations
@@ -18,6 +23,8 @@ import time
 from datetime import datetime
 from typing import Any
 
+from agents.run_context import RunContextWrapper
+from agents.tool_context import ToolContext
 from agents.tracing import (
     AgentSpanData,
     FunctionSpanData,
@@ -32,6 +39,45 @@ import agl
 from agl.tracing.context import current_rollout, enter_agent, exit_agent
 
 
+class _ToolFailure:
+    """Why the tool call of one function span failed, once `note_tool_failure` has been told.
+
+    A holder rather than a value in the context variable: the SDK invokes the tool in a task of its own, whose
+    context is a copy, so a value set there would never reach `on_span_end`; a change to a shared holder does.
+    """
+
+    __slots__ = ("reason",)
+
+    def __init__(self) -> None:
+        self.reason: str | None = None
+
+
+# The holder of the function span being run in this context: set only inside an agl rollout, so outside one
+# `note_tool_failure` finds nothing and does nothing.
+_tool_failure: contextvars.ContextVar[_ToolFailure | None] = contextvars.ContextVar(
+    "agl_openai_agents_tool_failure", default=None
+)
+
+
+def note_tool_failure(error: BaseException, context: RunContextWrapper[Any] | None) -> None:
+    """Keep `error` as the reason the current tool call failed (the SDK is about to turn it into the model's
+    message). Since openai-agents 0.21 the SDK's own span only says "Error details are redacted", so this is
+    where agl's tool span gets its reason from."""
+    failure = _tool_failure.get()
+    if failure is None:
+        return
+    run_config = context.run_config if isinstance(context, ToolContext) else None
+    if run_config is not None and not run_config.trace_include_sensitive_data:
+        # The app asked to keep tool data out of traces: the exception's type says what failed, not with what.
+        failure.reason = type(error).__name__
+        return
+    try:
+        text = str(error)
+    except Exception:  # a broken __str__ must not break the app's run
+        text = ""
+    failure.reason = f"{type(error).__name__}: {text}" if text else type(error).__name__
+
+
 class AglTracingProcessor(TracingProcessor):
     """A `TracingProcessor` that names the acting agent for agl and records agent, tool and handoff spans.
 
@@ -41,6 +87,8 @@ class AglTracingProcessor(TracingProcessor):
     def __init__(self) -> None:
         # Agent span id -> the token that undoes `enter_agent`; spans may start and end on any thread.
         self._agent_tokens: dict[str, contextvars.Token[str | None]] = {}
+        # Function span id -> its failure holder and the token that takes it out of the context again.
+        self._tool_failures: dict[str, tuple[_ToolFailure, contextvars.Token[_ToolFailure | None]]] = {}
         self._lock = threading.Lock()
 
     def on_trace_start(self, trace: Trace) -> None:
@@ -51,10 +99,17 @@ class AglTracingProcessor(TracingProcessor):
 
     def on_span_start(self, span: Span[Any]) -> None:
         data = span.span_data
-        if isinstance(data, AgentSpanData) and data.name and current_rollout() is not None:
+        if current_rollout() is None:
+            return
+        if isinstance(data, AgentSpanData) and data.name:
             token = enter_agent(data.name)
             with self._lock:
                 self._agent_tokens[span.span_id] = token
+        elif isinstance(data, FunctionSpanData):
+            failure = _ToolFailure()
+            tool_token = _tool_failure.set(failure)
+            with self._lock:
+                self._tool_failures[span.span_id] = (failure, tool_token)
 
     def on_span_end(self, span: Span[Any]) -> None:
         data = span.span_data
@@ -65,13 +120,21 @@ class AglTracingProcessor(TracingProcessor):
                 exit_agent(token)
                 _record_agent(span, data)
         elif isinstance(data, FunctionSpanData):
-            _record_function(span, data)
+            with self._lock:
+                failure, tool_token = self._tool_failures.pop(span.span_id, (None, None))
+            if tool_token is not None:
+                try:
+                    _tool_failure.reset(tool_token)
+                except ValueError:  # ended in another context than it started in: that context keeps it
+                    pass
+            _record_function(span, data, failure.reason if failure else None)
         elif isinstance(data, HandoffSpanData):
             _record_handoff(span, data)
 
     def shutdown(self) -> None:
         with self._lock:
             self._agent_tokens.clear()
+            self._tool_failures.clear()
 
     def force_flush(self) -> None:
         pass  # spans go to the rollout's recorder, which the agl runner sends
@@ -90,14 +153,20 @@ def _record_agent(span: Span[Any], data: AgentSpanData) -> None:
     )
 
 
-def _record_function(span: Span[Any], data: FunctionSpanData) -> None:
+def _record_function(span: Span[Any], data: FunctionSpanData, reason: str | None) -> None:
     # The SDK catches a tool's exception (its `failure_error_function` turns it into a message for the model)
-    # but still attaches a SpanError to the function span: that is the only sign the call failed.
+    # but still attaches a SpanError to the function span. Its text is redacted since openai-agents 0.21, so
+    # the reason comes from `note_tool_failure` when it saw the exception; the span's own text otherwise (a
+    # failure the SDK raised itself, e.g. a rejected approval).
+    if reason is None:
+        error = _error_message(span.error)
+    else:
+        error = f"{span.error['message']}: {reason}" if span.error else reason
     agl.record_tool(
         data.name,
         start_time=_timestamp(span.started_at),
         end_time=_timestamp(span.ended_at),
-        error=_error_message(span.error) if span.error else None,
+        error=error,
         arguments=data.input,
         result=data.output,
     )

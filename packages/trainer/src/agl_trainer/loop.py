@@ -300,6 +300,7 @@ class TrainingRun:
             "dropped_calls": dict(build.dropped_calls),
             "dropped_rewards": dict(build.dropped_rewards),
             "merged_calls": build.merged_calls,
+            "missed_attribution": build.missed_attribution,
             "zero_variance_groups": credit.zero_variance_groups,
             "groups": credit.groups,
             **{f"update_{k}": v for k, v in update.as_dict().items()},
@@ -314,8 +315,9 @@ class TrainingRun:
             f"transitions {len(transitions)}  failed {row['failed']}  dropped {dropped}  "
             f"grad norm {update.grad_norm:.3f}  trained on {update.transitions - update.skipped_zero_advantage}  "
             f"rollouts {t_rollouts:.0f}s update {t_update:.0f}s"
+            + (f"  ⚠ agent name lost {build.missed_attribution}" if build.missed_attribution else "")
         )
-        if dropped:
+        if dropped or build.missed_attribution:
             self.console.print(f"          {build.summary()}", style="dim")
         return row
 

@@ -111,7 +111,12 @@ def _tokens(ids: list[int] | None) -> str:
 
 
 def _llm_label(call: LLMCall) -> str:
-    agent = escape(call.agent_name) if call.agent_name else "[bold yellow]⚠ unattributed[/]"
+    if call.agent_name:
+        agent = escape(call.agent_name)
+    elif call.attribution.lost:
+        agent = "[bold red]⚠ agent name lost (HTTP client not patched by agl)[/]"
+    else:
+        agent = "[bold yellow]⚠ unattributed[/]"
     model = escape(call.model or call.model_requested or "?")
     version = f" v{call.model_version}" if call.model_version is not None else ""
     line = (
@@ -170,6 +175,7 @@ class _Stats:
     prompt_tokens: int = 0
     response_tokens: int = 0
     unattributed: int = 0
+    missed: int = 0  # of the unattributed: agent name lost on the way (an HTTP client agl does not patch)
     spans: int = 0
     rewards: int = 0
     agents: set[str] = field(default_factory=set)
@@ -183,6 +189,7 @@ class _Stats:
             self.agents.add(call.agent_name)
         else:
             self.unattributed += 1
+            self.missed += call.attribution.lost
 
 
 def _attempt_of_span(span: Span, attempts: list[Attempt], fallback: str | None) -> str | None:
@@ -295,6 +302,8 @@ def render_rollout(detail: RolloutDetail, *, attempt: str | None = None, full: b
         "all attempts" if full else "attempt " + next((f"#{a.number}" for a in detail.attempts if a.id == shown), "-")
     )
     unattributed = f" [yellow](⚠ {stats.unattributed} unattributed)[/]" if stats.unattributed else ""
+    if stats.missed:
+        unattributed += f" [bold red](⚠ {stats.missed} lost their agent name: HTTP client not patched by agl)[/]"
     summary = Text.from_markup(
         f"[dim]{scope}:[/] LLM calls {stats.trainable}/{stats.calls} trainable{unattributed} · "
         f"tokens {stats.prompt_tokens} prompt + {stats.response_tokens} response · "

@@ -42,6 +42,7 @@ from agl.server.middleware import BearerTokenMiddleware, BodySizeLimitMiddleware
 from agl.server.otlp import otlp_success_response, parse_otlp_traces
 from agl.server.proxy import LLMProxy, UpstreamConfig
 from agl.store import ConflictError, NotFoundError, Store
+from agl.tracing import attributes as attr
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -276,14 +277,22 @@ class Server:
             return await self._await(store.heartbeat(attempt_id, req.lease_s))
 
         @app.post(f"{API}/attempts/{{attempt_id}}/complete", tags=["workers"])
-        async def complete(attempt_id: str, req: CompleteRequest) -> Rollout:
+        async def complete(attempt_id: str, req: CompleteRequest, response: Response) -> Rollout:
             rollout = await self._await(
                 store.complete(
-                    attempt_id, req.status, reward=req.reward, error=req.error, after_llm_seq=req.after_llm_seq
+                    attempt_id,
+                    req.status,
+                    reward=req.reward,
+                    error=req.error,
+                    after_llm_seq=req.after_llm_seq,
+                    agent_scopes=req.agent_scopes,
                 )
             )
             if rollout.status is RolloutStatus.queued:
                 self._wake_workers()
+            if req.agent_scopes:
+                # tells the runner, which warns its user once: the count is the store's, not a guess
+                response.headers[attr.HEADER_MISSED_ATTRIBUTION] = str(store.missed_attribution(attempt_id))
             return rollout
 
         @app.post(f"{API}/spans", tags=["traces"])

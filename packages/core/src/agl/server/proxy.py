@@ -62,6 +62,7 @@ class _CallRecord:
         self.seq = seq
         agent = headers.get(attr.HEADER_AGENT)
         self.agent: str | None = unquote(agent) if agent else None  # percent-encoded UTF-8 (see http_inject)
+        self.hooked = agent is not None or headers.get(attr.HEADER_HOOK) is not None
         self.parent_span: str | None = headers.get(attr.HEADER_PARENT_SPAN) or None
         self.trace_id: str | None = None
         traceparent = headers.get(attr.HEADER_TRACEPARENT)
@@ -158,7 +159,9 @@ class _CallRecord:
             attempt_id=self.attempt_id,
             seq=self.seq,
             agent_name=self.agent,
-            attribution=Attribution.scope if self.agent else Attribution.unattributed,
+            attribution=(
+                Attribution.scope if self.agent else (Attribution.unattributed if self.hooked else Attribution.unhooked)
+            ),
             trace_id=self.trace_id,
             parent_span_id=self.parent_span,
             model_requested=self.request.get("model"),

@@ -490,8 +490,12 @@ class Store:
         reward: float | None = None,
         error: str | None = None,
         after_llm_seq: int | None = None,
+        agent_scopes: int | None = None,
     ) -> Future[Rollout]:
-        """Report an attempt's outcome once; a repeated identical report is a no-op (idempotent)."""
+        """Report an attempt's outcome once; a repeated identical report is a no-op (idempotent).
+
+        `agent_scopes`: how many agent scopes the attempt opened; with any, its calls that came through an HTTP
+        client agl does not patch are marked `missed` (their agent name was lost, see `missed_attribution`)."""
 
         def op(conn: sqlite3.Connection) -> Rollout:
             now = time.time()
@@ -499,6 +503,11 @@ class Store:
             if att is None:
                 raise NotFoundError(f"attempt {attempt_id!r} does not exist")
             ro = conn.execute("SELECT * FROM rollouts WHERE id=?", (att["rollout_id"],)).fetchone()
+            if agent_scopes:
+                conn.execute(
+                    "UPDATE llm_calls SET attribution=? WHERE attempt_id=? AND attribution=?",
+                    (Attribution.missed.value, attempt_id, Attribution.unhooked.value),
+                )
             if att["status"] == status:
                 return self._rollout(ro)  # a repeated report: already recorded
             is_latest = self._latest_attempt_id(conn, ro["id"]) == attempt_id
@@ -672,6 +681,18 @@ class Store:
                 counter = itertools.count(0 if row["m"] is None else row["m"] + 1)
                 self._next_seq[attempt_id] = counter
             return next(counter)
+
+    def missed_attribution(self, attempt_id: str) -> int:
+        """How many LLM calls of the attempt lost their agent name (came through a client agl does not patch)."""
+        row = (
+            self._reader()
+            .execute(
+                "SELECT count(*) FROM llm_calls WHERE attempt_id=? AND attribution=?",
+                (attempt_id, Attribution.missed.value),
+            )
+            .fetchone()
+        )
+        return int(row[0])
 
     def attempt_rollout(self, attempt_id: str) -> tuple[str, str] | None:
         """(rollout id, mode) of an attempt (cached: the proxy asks on every call)."""

@@ -20,5 +20,10 @@ AFTER_LLM_SEQ = "agl.after_llm_seq"
 HEADER_AGENT = "x-agl-agent"
 HEADER_PARENT_SPAN = "x-agl-parent-span"
 HEADER_TRACEPARENT = "traceparent"
+# on every request that passed through agl's HTTP hook (see agl.tracing.http_inject): its absence tells the proxy
+# that the agent used an HTTP client agl does not patch
+HEADER_HOOK = "x-agl-hook"
 # HTTP header the proxy adds to its responses: the sequence number it gave the call
 HEADER_LLM_SEQ = "x-agl-llm-seq"
+# HTTP header on the answer to an attempt's completion: how many of its LLM calls lost their agent name
+HEADER_MISSED_ATTRIBUTION = "x-agl-missed-attribution"

@@ -65,6 +65,9 @@ class RolloutContext:
     # Highest sequence number the proxy gave an LLM call of this attempt that has answered; rewards are
     # placed after it, which is exact even when spans and rewards are sent later in batches.
     last_llm_seq: int | None = None
+    # Agent scopes opened during the attempt: with any, a call that reaches the proxy without agl's hook header
+    # lost the agent name it should have carried (see agl.tracing.http_inject).
+    agent_scopes: int = 0
     _seq_lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
     @property
@@ -75,6 +78,10 @@ class RolloutContext:
         with self._seq_lock:
             if self.last_llm_seq is None or seq > self.last_llm_seq:
                 self.last_llm_seq = seq
+
+    def opened_agent_scope(self) -> None:
+        with self._seq_lock:
+            self.agent_scopes += 1
 
 
 def llm_base_url(server_url: str, rollout_id: str, attempt_id: str) -> str:
@@ -106,6 +113,9 @@ def enter_agent(name: str) -> contextvars.Token[str | None]:
     agent step begin and end as two callbacks run in the same context (`agl.agent` is the `with` form)."""
     if not name:
         raise ValueError("agent name must be a non-empty string")
+    ctx = _rollout.get()
+    if ctx is not None:
+        ctx.opened_agent_scope()
     return _agent.set(name)
 
 

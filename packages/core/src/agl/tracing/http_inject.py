@@ -1,31 +1,48 @@
 """Tell the proxy which agent sends each LLM request, by adding headers to the agent's own HTTP requests.
 
-The OpenAI SDK, and through it LangChain, AutoGen, the OpenAI Agents SDK and most others, send requests with
-httpx. Patching `httpx.Client.send` / `httpx.AsyncClient.send` catches every such request whatever transport
-the client uses. Headers are added only to requests for the current rollout's proxy URL (nothing leaks to
-other hosts) and computed at send time, so the scope that is active when a request leaves is the one named.
-The proxy answers with the call's sequence number, which positions later rewards exactly.
+The supported frameworks send their LLM requests through the OpenAI SDK or their own code on one of a few HTTP
+stacks: `httpx` (openai < 3, LangChain, LiteLLM) and `httpx2` (openai ≥ 3, whose transport subclasses
+`httpx2.Client`, not `httpx.Client`). Patching `Client.send` / `AsyncClient.send` of every such stack that is
+installed catches each request whatever transport the client uses. A stack that is not installed is not
+imported. Headers are added only to requests for the current rollout's proxy URL (nothing leaks to other
+hosts) and computed at send time, so the scope that is active when a request leaves is the one named.
+
+Every request that passes through the hook also carries `x-agl-hook`, even outside agent scopes: a call that
+reaches the proxy without it came through a client agl does not patch, and if its attempt opened agent scopes,
+the agent name it should have carried was lost. The proxy and the runner count such calls and say so (never a
+silent loss of attribution). The proxy answers with the call's sequence number, which positions later rewards
+exactly.
 """
 
 from __future__ import annotations
 
+import importlib
+import importlib.util
+import re
+import sys
 import threading
+from collections.abc import Callable
 from typing import Any
 from urllib.parse import quote
-
-import httpx
 
 from agl.tracing import attributes as attr
 from agl.tracing.context import RolloutContext, current_agent, current_rollout, current_span_id
 
+# Modules with httpx's client API (`Client.send(request, **kw)`, `AsyncClient.send`, `request.url`/`.headers`)
+# through which a supported framework sends LLM requests.
+HTTP_STACKS = ("httpx", "httpx2")
+# the path of an attempt's proxy URL (see agl.tracing.context.llm_base_url)
+_PROXY_PATH = re.compile(r"/rollout/[^/]+/attempt/[^/]+/v1/")
+
 _lock = threading.Lock()
-_originals: dict[str, Any] = {}
+# (module name, class name) → the `send` that was there before install()
+_originals: dict[tuple[str, str], Callable[..., Any]] = {}
 
 
 def attribution_headers(ctx: RolloutContext | None = None) -> dict[str, str]:
     """Headers that attribute a request to the current agent; for clients that agl does not patch."""
     ctx = ctx or current_rollout()
-    headers: dict[str, str] = {}
+    headers: dict[str, str] = {attr.HEADER_HOOK: "1"}
     agent = current_agent()
     if agent is not None:
         # HTTP header values are ASCII: a name such as "Rédacteur" travels percent-encoded (UTF-8)
@@ -38,16 +55,22 @@ def attribution_headers(ctx: RolloutContext | None = None) -> dict[str, str]:
     return headers
 
 
-def _prepare(request: httpx.Request) -> RolloutContext | None:
+def _prepare(request: Any) -> RolloutContext | None:
     ctx = current_rollout()
-    if ctx is None or not str(request.url).startswith(ctx.llm_base_url):
+    if ctx is None:
+        # A request for a rollout's proxy URL made where the rollout's context did not follow (a thread started
+        # by hand): it did pass the hook, so it is stored as unattributed, not blamed on an unpatched client.
+        if _PROXY_PATH.search(str(request.url)):
+            request.headers[attr.HEADER_HOOK] = "1"
+        return None
+    if not str(request.url).startswith(ctx.llm_base_url):
         return None
     for key, value in attribution_headers(ctx).items():
         request.headers[key] = value
     return ctx
 
 
-def _note_seq(ctx: RolloutContext | None, response: httpx.Response) -> None:
+def _note_seq(ctx: RolloutContext | None, response: Any) -> None:
     if ctx is None:
         return
     seq = response.headers.get(attr.HEADER_LLM_SEQ)
@@ -55,39 +78,64 @@ def _note_seq(ctx: RolloutContext | None, response: httpx.Response) -> None:
         ctx.saw_llm_seq(int(seq))
 
 
+def _wrap_sync(original: Callable[..., Any]) -> Callable[..., Any]:
+    def send(self: Any, request: Any, **kwargs: Any) -> Any:
+        ctx = _prepare(request)
+        response = original(self, request, **kwargs)
+        _note_seq(ctx, response)
+        return response
+
+    send.__agl_original__ = original  # type: ignore[attr-defined]
+    return send
+
+
+def _wrap_async(original: Callable[..., Any]) -> Callable[..., Any]:
+    async def send(self: Any, request: Any, **kwargs: Any) -> Any:
+        ctx = _prepare(request)
+        response = await original(self, request, **kwargs)
+        _note_seq(ctx, response)
+        return response
+
+    send.__agl_original__ = original  # type: ignore[attr-defined]
+    return send
+
+
+def _available(module: str) -> bool:
+    if module in sys.modules:
+        return True
+    try:
+        return importlib.util.find_spec(module) is not None
+    except (ImportError, ValueError):
+        return False
+
+
 def install() -> None:
-    """Patch httpx so requests to the proxy carry the agent's name. Idempotent."""
+    """Patch every installed HTTP stack so requests to the proxy carry the agent's name. Idempotent."""
     with _lock:
         if _originals:
             return
-        sync_send = httpx.Client.send
-        async_send = httpx.AsyncClient.send
-
-        def send(self: httpx.Client, request: httpx.Request, **kwargs: Any) -> httpx.Response:
-            ctx = _prepare(request)
-            response = sync_send(self, request, **kwargs)
-            _note_seq(ctx, response)
-            return response
-
-        async def asend(self: httpx.AsyncClient, request: httpx.Request, **kwargs: Any) -> httpx.Response:
-            ctx = _prepare(request)
-            response = await async_send(self, request, **kwargs)
-            _note_seq(ctx, response)
-            return response
-
-        _originals["sync"], _originals["async"] = sync_send, async_send
-        httpx.Client.send = send  # type: ignore[method-assign]
-        httpx.AsyncClient.send = asend  # type: ignore[method-assign]
+        for name in HTTP_STACKS:
+            if not _available(name):
+                continue
+            module = importlib.import_module(name)
+            for cls_name, wrap in (("Client", _wrap_sync), ("AsyncClient", _wrap_async)):
+                cls = getattr(module, cls_name)
+                _originals[(name, cls_name)] = cls.send
+                cls.send = wrap(cls.send)
 
 
 def uninstall() -> None:
-    """Undo `install()`. Idempotent."""
+    """Undo `install()` on every stack it patched. Idempotent."""
     with _lock:
-        if not _originals:
-            return
-        httpx.Client.send = _originals.pop("sync")  # type: ignore[method-assign]
-        httpx.AsyncClient.send = _originals.pop("async")  # type: ignore[method-assign]
+        for (name, cls_name), original in _originals.items():
+            getattr(sys.modules[name], cls_name).send = original
+        _originals.clear()
 
 
 def installed() -> bool:
     return bool(_originals)
+
+
+def patched_stacks() -> list[str]:
+    """The HTTP client libraries whose requests are attributed (those installed when `install()` ran)."""
+    return sorted({name for name, _ in _originals})

@@ -18,12 +18,13 @@ from typing import Any
 from agl.schema import RewardIn, RewardSource, SpanIn, SpanStatus
 from agl.tracing import attributes as attr
 from agl.tracing.context import (
-    AGENT_VAR,
     SPAN_VAR,
     RolloutContext,
     current_agent,
     current_rollout,
     current_span_id,
+    enter_agent,
+    exit_agent,
     new_span_id,
 )
 
@@ -111,14 +112,12 @@ def agent(name: str, **attributes: Any) -> Iterator[SpanHandle]:
     Works in sync, async (each task keeps its own scope), threaded (each thread its own) and streaming code
     (the name is read when the request is sent). Scopes nest: the innermost name wins.
     """
-    if not name:
-        raise ValueError("agent name must be a non-empty string")
-    token = AGENT_VAR.set(name)
+    token = enter_agent(name)
     try:
         with span(f"agent:{name}", kind="agent", attributes=attributes) as handle:
             yield handle
     finally:
-        AGENT_VAR.reset(token)
+        exit_agent(token)
 
 
 @contextmanager
