@@ -1,4 +1,4 @@
-"""Shared set-up: CrewAI's telemetry off, agl's process fixtures, and CrewAI instrumented for each test."""
+"""Shared set-up: CrewAI telemetry off, LiteLLM offline, agl's process fixtures, CrewAI instrumented per test."""
 
 from __future__ import annotations
 
@@ -7,6 +7,9 @@ import os
 # Before CrewAI is imported anywhere (worker processes inherit them too). Never OTEL_SDK_DISABLED: agl uses OTel.
 os.environ["CREWAI_DISABLE_TELEMETRY"] = "true"
 os.environ["CREWAI_TRACING_ENABLED"] = "false"
+# Where litellm is installed: its model cost map from the package, not fetched from GitHub at import (offline
+# that costs seconds of retries).
+os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 
 from collections.abc import Iterator
 from types import ModuleType
