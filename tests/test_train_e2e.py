@@ -57,7 +57,12 @@ def test_two_steps_then_resume(tmp_path: Path) -> None:
     adapter = load_file(str(run_dir / "checkpoints" / "step-2" / "adapter" / "adapter_model.safetensors"))
     assert any(float(t.abs().max()) > 0 for name, t in adapter.items() if "lora_B" in name)
 
-    # advantages: GRPO over the rollouts of each task, from the rewards the store recorded
+    # advantages: GRPO over the 4 rollouts of each task, from the rewards the store recorded. Each rollout earns
+    # 0.1 + (0 or 1), so a task's group has k rollouts that won; the advantages are known by hand for each k
+    # (mean k/4, population std sqrt(k(4 − k))/4): k = 1 → winner √3, others −1/√3; k = 2 → ±1; k = 3 → winners
+    # 1/√3, the other −√3; k = 0 or 4 → 0 (nothing to compare)
+    root3 = math.sqrt(3)
+    by_winners = {0: (0.0, 0.0), 1: (root3, -1 / root3), 2: (1.0, -1.0), 3: (1 / root3, -root3), 4: (0.0, 0.0)}
     for step in (0, 1):
         written = [
             json.loads(line) for line in (run_dir / "transitions" / f"step-{step}.jsonl").read_text().splitlines()
@@ -73,14 +78,12 @@ def test_two_steps_then_resume(tmp_path: Path) -> None:
             by_task[d.rollout.task_id].append(d.rollout.id)
         expected = {}
         for ids in by_task.values():
-            values = [returns[i] for i in ids]
-            mean = sum(values) / len(values)
-            std = math.sqrt(sum((v - mean) ** 2 for v in values) / len(values))
-            for i in ids:
-                expected[i] = 0.0 if std == 0 else (returns[i] - mean) / (std + 1e-6)
+            assert len(ids) == 4 and all(returns[i] in (pytest.approx(0.1), pytest.approx(1.1)) for i in ids)
+            won, lost = by_winners[sum(returns[i] > 1 for i in ids)]
+            expected.update({i: won if returns[i] > 1 else lost for i in ids})
         assert len(written) == len(details) == 8
         for row in written:
-            assert row["advantage"] == pytest.approx(expected[row["rollout_id"]], abs=1e-6)
+            assert row["advantage"] == pytest.approx(expected[row["rollout_id"]], abs=1e-5)
             assert row["return"] == pytest.approx(returns[row["rollout_id"]])
             assert row["weight"] == 1.0 and row["agent"] == "speaker"
 

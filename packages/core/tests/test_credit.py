@@ -78,6 +78,33 @@ def test_step_groups_compare_transitions_that_saw_the_same_prompt() -> None:
     assert stats.shared_prompt_transitions == 3
 
 
+def test_returns_equal_up_to_rounding_are_a_zero_variance_group() -> None:
+    """0.1 + 0.2 and 0.3 differ by 5.6e-17: compared by `==`, their std passed as nonzero and both rollouts got
+    an advantage of about ∓5.6e-11, which slipped past the trainer's `advantage != 0` filter."""
+    for strategy in ("grpo", "step"):
+        eps = episodes_of(
+            Run("t", [Call([1, 2], [3])], rewards=[Rew(0.1, 0)], final=0.2),
+            Run("t", [Call([1, 2], [4])], final=0.3),
+        )
+        assert eps[0].total_reward != eps[1].total_reward  # the premise: they are not equal as floats
+        stats = assign_credit(eps, strategy)
+        assert [e.transitions[0].advantage for e in eps] == [0.0, 0.0], strategy
+        assert stats.zero_variance_groups >= 1, strategy
+
+
+def test_step_a_prompt_repeated_inside_one_rollout_keeps_its_rollouts_advantage() -> None:
+    """A prompt seen twice by one rollout is not a state several rollouts reached: comparing the rollout with
+    itself gave 0; it keeps the rollout's grpo advantage (returns 1 and 0 → +1 and −1)."""
+    eps = episodes_of(
+        Run("t", [Call([7, 7, 7], [1]), Call([7, 7, 7], [2])], final=1.0),
+        Run("t", [Call([8, 8], [3])], final=0.0),
+    )
+    stats = assign_credit(eps, "step")
+    assert [t.advantage for t in eps[0].transitions] == pytest.approx([1.0, 1.0], abs=1e-5)
+    assert eps[1].transitions[0].advantage == pytest.approx(-1.0, abs=1e-5)
+    assert stats.shared_prompt_transitions == 0 and stats.zero_variance_groups == 0
+
+
 def test_unknown_strategy_and_bad_config_are_refused() -> None:
     with pytest.raises(ValueError, match=r"unknown credit strategy 'ppo'.*broadcast"):
         assign_credit([], "ppo")
@@ -131,13 +158,13 @@ def test_grpo_advantages_have_zero_weighted_mean_per_task_and_rollouts_weigh_one
 def test_step_groups_have_zero_mean(shapes: list) -> None:
     eps = make_runs(shapes)
     assign_credit(eps, "step")
-    groups: dict[tuple[str, tuple[int, ...]], list[float]] = {}
+    groups: dict[tuple[str, tuple[int, ...]], list[tuple[str, float]]] = {}
     for e in eps:
         for t in e.transitions:
-            groups.setdefault((e.task_id, tuple(t.prompt_ids)), []).append(t.advantage)
-    for advantages in groups.values():
-        if len(advantages) > 1:
-            assert abs(sum(advantages)) < 1e-6 * len(advantages)
+            groups.setdefault((e.task_id, tuple(t.prompt_ids)), []).append((e.rollout_id, t.advantage))
+    for members in groups.values():
+        if len({rollout for rollout, _ in members}) > 1:  # a state reached by several rollouts
+            assert abs(sum(a for _, a in members)) < 1e-6 * len(members)
 
 
 @settings(max_examples=100, deadline=None)

@@ -258,23 +258,29 @@ def test_a_store_from_the_previous_schema_is_migrated_in_place_keeping_its_data(
 
     s = Store(tmp_path)
     (rollout_id,) = enqueue(s)
+    (claim,) = s.claim("w", 1, 30).result()
+    s.add_llm_call(call(rollout_id, claim.attempt.id, 0)).result()
     s.publish_model_version(ModelVersionIn(name="step-1", upstream_model="base")).result()
     s.close()
-    # make it look like a store written by schema 1 (no per-agent models)
+    # make it look like a store written by schema 1 (no per-agent models, no sampling temperature of calls)
     db = sqlite3.connect(tmp_path / "agl.sqlite")
     db.execute("ALTER TABLE model_versions DROP COLUMN agent_models")
+    db.execute("ALTER TABLE llm_calls DROP COLUMN temperature")
     db.execute("UPDATE meta SET value='1' WHERE key='schema_version'")
     db.commit()
     db.close()
 
     s = Store(tmp_path)
     try:
-        assert s.get_rollout(rollout_id).status is RolloutStatus.queued
+        assert s.get_rollout(rollout_id).status is RolloutStatus.running
         old = s.latest_model_version()
         assert old is not None and old.name == "step-1" and old.agent_models == {}
         s.publish_model_version(ModelVersionIn(name="step-2", agent_models={"writer": "lora-writer"})).result()
         new = s.latest_model_version()
         assert new is not None and new.agent_models == {"writer": "lora-writer"} and new.version == old.version + 1
+        # the old call reads back without a temperature; a new one keeps its own
+        s.add_llm_call(call(rollout_id, claim.attempt.id, 1).model_copy(update={"temperature": 0.7})).result()
+        assert [(c.seq, c.temperature) for c in s.llm_calls(rollout_id)] == [(0, None), (1, 0.7)]
     finally:
         s.close()
     db = sqlite3.connect(tmp_path / "agl.sqlite")

@@ -129,3 +129,22 @@ def test_selection_resolution_order(monkeypatch: pytest.MonkeyPatch) -> None:
     assert AgentSelection.resolve().agents is None
     with pytest.raises(ValueError, match="not valid"):
         AgentSelection.parse("writer,*")
+
+
+def test_missing_or_misaligned_log_probs_are_counted_and_the_sampling_temperature_is_kept() -> None:
+    d = detail(Run("t", [Call([1], [2, 3]), Call([4], [5, 6], logprobs=[-0.1]), Call([7], [8])]))
+    d.llm_calls[0].logprobs = None  # the backend sent none
+    d.llm_calls[2].temperature = 0.7
+    (episode,), stats = build_episodes([d])
+    first, misaligned, tempered = episode.transitions
+    assert first.logprobs is None and misaligned.logprobs is None and tempered.logprobs == [-0.5]
+    assert stats.missing_logprobs == {"none from the backend": 1, "not one per response token": 1}
+    assert "log-probs to recompute" in stats.summary()
+    assert [t.temperature for t in episode.transitions] == [1.0, 1.0, 0.7]
+
+
+def test_prefix_merging_keeps_turns_sampled_at_different_temperatures_apart() -> None:
+    d = detail(Run("t", [Call([1, 2], [3]), Call([1, 2, 3, 9], [4])]))
+    d.llm_calls[1].temperature = 0.5
+    (episode,), stats = build_episodes([d], merge_prefixes=True)
+    assert len(episode.transitions) == 2 and stats.merged_calls == 0

@@ -24,7 +24,9 @@ each transition, as in the paper.
                 transition shares falls back to its rollout's grpo advantage.
 
 `scale_by_std=False` drops the division by σ (as in Dr. GRPO). A task with one rollout, or whose rollouts all
-earned the same return, gives advantage 0: counted in `CreditStats`, since such a group teaches nothing.
+earned the same return, gives advantage 0: counted in `CreditStats`, since such a group teaches nothing. "The
+same" allows for rounding (σ ≤ `zero_std_tol`): returns 0.1 + 0.2 and 0.3 are equal rewards, and dividing their
+difference of 5.6e-17 by σ + ε would hand both a tiny advantage that dilutes the step.
 """
 
 from __future__ import annotations
@@ -41,12 +43,15 @@ class CreditConfig:
     gamma: float = 1.0
     eps: float = 1e-6
     scale_by_std: bool = True
+    zero_std_tol: float = 1e-9  # a group whose returns spread less than this earned the same: advantage 0
 
     def __post_init__(self) -> None:
         if not 0.0 <= self.gamma <= 1.0:
             raise ValueError(f"gamma must be in [0, 1], got {self.gamma}")
         if self.eps <= 0:
             raise ValueError(f"eps must be > 0, got {self.eps}")
+        if self.zero_std_tol < 0:
+            raise ValueError(f"zero_std_tol must be ≥ 0, got {self.zero_std_tol}")
 
 
 @dataclass
@@ -142,7 +147,7 @@ def _rollout_advantages(episodes: Sequence[Episode], config: CreditConfig, stats
             stats.single_rollout_groups += 1
             continue
         mean, std = _mean_std([totals[i] for i in members])
-        if std == 0.0:
+        if std <= config.zero_std_tol:
             stats.zero_variance_groups += 1
             continue
         for i in members:
@@ -167,9 +172,10 @@ def grpo(episodes: Sequence[Episode], config: CreditConfig, stats: CreditStats) 
 
 
 def _same_prompt_groups(episodes: Sequence[Episode]) -> list[list[Transition]]:
-    """Transitions of the same task with identical prompt ids. A cheap key (length and both ends) buckets
-    them first, so only likely matches have their whole prompts compared: hashing every prompt in full touched
-    each of its int objects and cost more than the rest of credit assignment."""
+    """Transitions of the same task with identical prompt ids, reached by at least two rollouts (a prompt that
+    repeats inside one rollout only compares that rollout with itself). A cheap key (length and both ends)
+    buckets them first, so only likely matches have their whole prompts compared: hashing every prompt in full
+    touched each of its int objects and cost more than the rest of credit assignment."""
     buckets: dict[tuple[str, int, tuple[int, ...], tuple[int, ...]], list[Transition]] = defaultdict(list)
     for ep in episodes:
         for t in ep.transitions:
@@ -187,7 +193,7 @@ def _same_prompt_groups(episodes: Sequence[Episode]) -> list[list[Transition]]:
                     break
             else:
                 exact.append([t])
-        groups += [g for g in exact if len(g) > 1]
+        groups += [g for g in exact if len({t.rollout_id for t in g}) > 1]
     return groups
 
 
@@ -203,7 +209,8 @@ def step(episodes: Sequence[Episode], config: CreditConfig, stats: CreditStats) 
         stats.groups += 1
         stats.shared_prompt_transitions += len(members)
         mean, std = _mean_std([t.ret for t in members])
+        same = std <= config.zero_std_tol
         for t in members:
-            t.advantage = 0.0 if std == 0.0 else _normalise(t.ret, mean, std, config)
-        if std == 0.0:
+            t.advantage = 0.0 if same else _normalise(t.ret, mean, std, config)
+        if same:
             stats.zero_variance_groups += 1

@@ -251,6 +251,10 @@ class LLMCall(_Model):
     usage: dict[str, JsonValue]
     trainable: bool
     not_trainable_reason: str | None
+    # The sampling temperature the backend was asked to use (the proxy always sends one): the distribution the
+    # response was drawn from, softmax(logits / temperature), which the trainer's log-probs must match. None:
+    # not known (a store written before agl recorded it: temperature 1 is assumed).
+    temperature: float | None = None
 
 
 # -------------------------------------------------------------------------------------- model versions

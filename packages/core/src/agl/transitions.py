@@ -40,6 +40,8 @@ class Transition:
     ret: float = 0.0  # the return credit assignment gave it
     advantage: float = 0.0
     weight: float = 1.0  # its weight in the loss (per-rollout weighting makes a rollout's weights sum to 1)
+    # the temperature the response was sampled at: the policy's log-probs are those of softmax(logits / temperature)
+    temperature: float = 1.0
 
     @property
     def n_tokens(self) -> int:
@@ -71,6 +73,9 @@ class BuildStats:
     dropped_rollouts: Counter[str] = field(default_factory=Counter)  # reason → rollouts left out
     dropped_calls: Counter[str] = field(default_factory=Counter)  # reason → calls left out
     dropped_rewards: Counter[str] = field(default_factory=Counter)  # reason → rewards not placed
+    # transitions without usable behaviour log-probs (the backend sent none, or not one per response token): the
+    # trainer recomputes them with the policy and counts them again
+    missing_logprobs: Counter[str] = field(default_factory=Counter)
     # calls whose agent name was lost on the way (an HTTP client agl does not patch), trained or not: counted
     # apart because it means the selection cannot work as the user asked
     missed_attribution: int = 0
@@ -84,6 +89,7 @@ class BuildStats:
         self.dropped_calls.update(other.dropped_calls)
         self.dropped_rewards.update(other.dropped_rewards)
         self.missed_attribution += other.missed_attribution
+        self.missing_logprobs.update(other.missing_logprobs)
 
     def summary(self) -> str:
         parts = [f"{self.episodes}/{self.rollouts} rollouts → {self.transitions} transitions"]
@@ -93,6 +99,7 @@ class BuildStats:
             ("rollouts dropped", self.dropped_rollouts),
             ("calls dropped", self.dropped_calls),
             ("rewards not placed", self.dropped_rewards),
+            ("log-probs to recompute", self.missing_logprobs),
         ):
             if counter:
                 parts.append(f"{title}: " + ", ".join(f"{k} {v}" for k, v in sorted(counter.items())))
@@ -118,11 +125,16 @@ def _call_reason(call: LLMCall, selection: AgentSelection) -> str | None:
     return None
 
 
-def _to_transition(call: LLMCall, rollout: Rollout) -> Transition:
+def _to_transition(call: LLMCall, rollout: Rollout, stats: BuildStats) -> Transition:
     # The id lists are shared with the call, not copied: they are long, and nothing changes them in place
     # (merging builds new lists).
     response = call.response_ids or []
-    logprobs = call.logprobs if call.logprobs is not None and len(call.logprobs) == len(response) else None
+    logprobs = call.logprobs
+    if logprobs is None:
+        stats.missing_logprobs["none from the backend"] += 1
+    elif len(logprobs) != len(response):
+        stats.missing_logprobs["not one per response token"] += 1
+        logprobs = None
     return Transition(
         rollout_id=rollout.id,
         task_id=rollout.task_id,
@@ -135,6 +147,7 @@ def _to_transition(call: LLMCall, rollout: Rollout) -> Transition:
         logprobs=logprobs,
         model_version=call.model_version,
         call_ids=[call.id],
+        temperature=call.temperature if call.temperature is not None and call.temperature > 0 else 1.0,
     )
 
 
@@ -143,6 +156,7 @@ def _extends(prev: Transition, nxt: Transition) -> bool:
     head = len(prev.prompt_ids) + len(prev.response_ids)
     return (
         prev.agent_name == nxt.agent_name
+        and prev.temperature == nxt.temperature  # one transition is scored at one temperature
         and len(nxt.prompt_ids) >= head
         and nxt.prompt_ids[: len(prev.prompt_ids)] == prev.prompt_ids
         and nxt.prompt_ids[len(prev.prompt_ids) : head] == prev.response_ids
@@ -201,7 +215,7 @@ def build_episode(
         if reason is not None:
             stats.dropped_calls[reason] += 1
             continue
-        transitions.append(_to_transition(call, rollout))
+        transitions.append(_to_transition(call, rollout, stats))
     if not transitions:
         stats.dropped_rollouts["no trainable call of a selected agent"] += 1
         return None

@@ -13,9 +13,11 @@ prefix shared by a batch is computed once, kept (a few entries, least recently u
 later batches that share any part of it; it is dropped whenever the weights change (`weights_changed`).
 
 What a result holds, exactly: `token_ids` are the ids the model generated, up to and including the token that
-ended the sequence (EOS, or the one that completed a stop string); `logprobs` are the model's own log-probs of
-those ids (temperature 1, before sampling transforms, as vLLM reports them); `text` is the decoded answer
-without EOS and cut before a stop string.
+ended the sequence (EOS, or the one that completed a stop string); `logprobs` are the log-probs of those ids
+under the distribution they were sampled from, log softmax(logits / temperature) — the behaviour policy the
+trainer's ratio compares with, computed by the trainer at the same temperature (greedy requests: temperature 1;
+top-p truncation is not reflected, and the proxy stores top-p samples as not trainable); `text` is the decoded
+answer without EOS and cut before a stop string.
 """
 
 from __future__ import annotations
@@ -283,8 +285,12 @@ class Engine:
         past = out.past_key_values
         logits = out.logits[:, -1, :]
         next_pos = positions[:, -1:] + 1
+        # the temperature each sequence samples with: its log-probs are those of softmax(logits / T)
+        temperatures = torch.tensor(
+            [[j.request.temperature if j.request.temperature > 0 else 1.0] for j in jobs], device=logits.device
+        )
         for _ in range(max_steps):
-            logprobs = torch.log_softmax(logits.float(), dim=-1)
+            logprobs = torch.log_softmax(logits.float() / temperatures, dim=-1)
             tokens = [
                 self._sample(logits[i], j.request, generators[i]) if not j.done else self.pad_id
                 for i, j in enumerate(jobs)

@@ -184,7 +184,13 @@ class TrainingRun:
             self.inference, self.weights_lock = engine, engine.lock  # no generation while the weights change
             self.upstream_model = None
             upstream, where = front.url, f"embedded engine on {engine.device}"
-        self.server: ServerProcess = start_server(self.run_dir, upstream=upstream, extra_args=["--log-level=warning"])
+        # The proxy sends every call's temperature to the backend and stores it with the call: the trainer computes
+        # each transition's log-probs at the temperature its response was sampled with.
+        eval_temperature = cfg.temperature if cfg.eval_temperature is None else cfg.eval_temperature
+        sampling = [f"--temperature={cfg.temperature}", f"--eval-temperature={eval_temperature}"]
+        self.server: ServerProcess = start_server(
+            self.run_dir, upstream=upstream, extra_args=["--log-level=warning", *sampling]
+        )
         stack.callback(self.server.stop)
         for i in range(cfg.workers):
             self.workers.append(
@@ -302,6 +308,7 @@ class TrainingRun:
             "merged_calls": build.merged_calls,
             "missed_attribution": build.missed_attribution,
             "zero_variance_groups": credit.zero_variance_groups,
+            "single_rollout_groups": credit.single_rollout_groups,
             "groups": credit.groups,
             **{f"update_{k}": v for k, v in update.as_dict().items()},
             "rollout_s": t_rollouts,
@@ -315,6 +322,8 @@ class TrainingRun:
             f"transitions {len(transitions)}  failed {row['failed']}  dropped {dropped}  "
             f"grad norm {update.grad_norm:.3f}  trained on {update.transitions - update.skipped_zero_advantage}  "
             f"rollouts {t_rollouts:.0f}s update {t_update:.0f}s"
+            + (f"  tasks with one rollout {credit.single_rollout_groups}" if credit.single_rollout_groups else "")
+            + (f"  log-probs recomputed {update.recomputed_logprobs}" if update.recomputed_logprobs else "")
             + (f"  ⚠ agent name lost {build.missed_attribution}" if build.missed_attribution else "")
         )
         if dropped or build.missed_attribution:

@@ -105,6 +105,14 @@ def cli() -> None:
     " upstream rejects the parameter (hosted APIs); such calls are stored as not trainable.",
 )
 @click.option(
+    "--temperature",
+    type=click.FloatRange(min=0),
+    default=1.0,
+    show_default=True,
+    help="Sampling temperature of calls whose agent sets none (always sent to the upstream and stored with the"
+    " call: the trainer computes log-probs at the temperature each response was sampled with).",
+)
+@click.option(
     "--eval-temperature",
     type=float,
     default=None,
@@ -124,6 +132,7 @@ def serve(
     upstream_model: str | None,
     upstream_api_key: str | None,
     token_ids: str,
+    temperature: float,
     eval_temperature: float | None,
     served_model: str,
     max_body_mb: float,
@@ -151,6 +160,7 @@ def serve(
             api_key=upstream_api_key,
             model=upstream_model,
             token_ids=token_ids,
+            temperature=temperature,
             eval_temperature=eval_temperature,
         ),
     )

@@ -40,9 +40,37 @@ class UpstreamConfig:
     model: str | None = None  # replaces the model the agent asked for, when set
     token_ids: str = "auto"  # "auto": ask, and stop asking if the backend rejects it; "always"; "never"
     timeout_s: float = 600.0
+    # the sampling temperature of a call whose agent sets none; always sent, so the store knows the distribution
+    # every response was drawn from (a backend's own default may be anything: vLLM uses the model's config)
+    temperature: float | None = 1.0
     # every call of an evaluation rollout is sent with this temperature, whatever the agent asked for, so that
     # evaluations against any backend decode alike (agl's own engine does the same from the mode header)
     eval_temperature: float | None = None
+
+
+# Sampling parameters that change the distribution a response is drawn from beyond the temperature, with the
+# value that leaves it alone. agl trains on softmax(logits / T): a sample drawn from a truncated or penalised
+# distribution is not a sample of that policy, so such calls are stored as not trainable (in train rollouts).
+_NEUTRAL_SAMPLING: dict[str, tuple[Any, ...]] = {
+    "top_p": (None, 1, 1.0),
+    "top_k": (None, 0, -1),
+    "min_p": (None, 0, 0.0),
+    "presence_penalty": (None, 0, 0.0),
+    "frequency_penalty": (None, 0, 0.0),
+    "repetition_penalty": (None, 1, 1.0),
+    "logit_bias": (None, {}),
+}
+
+
+def untrainable_sampling(body: dict[str, Any], temperature: float | None) -> str | None:
+    """Why a response sampled with these parameters is not a sample of the policy agl trains, or None."""
+    if temperature is not None and temperature <= 0:
+        return "sampled greedily (temperature 0): not a sample of the policy's distribution"
+    for key, neutral in _NEUTRAL_SAMPLING.items():
+        value = body.get(key)
+        if value not in neutral:
+            return f"sampled with {key}={value!r}: agl trains the temperature-scaled distribution only"
+    return None
 
 
 def openai_error(status: int, message: str, type_: str, code: str | None = None) -> Response:
@@ -84,6 +112,10 @@ class _CallRecord:
         self.error: str | None = None
         self.asked_token_ids = False
         self.mode = "train"
+        self.temperature: float | None = None  # the temperature the backend was asked to sample with
+        # the agent said `"logprobs": false`: agl still asks the backend (training needs them) and takes them
+        # out of the answer the agent gets
+        self.strip_logprobs = request_body.get("logprobs") is False
 
     def take_choice(self, body: dict[str, Any]) -> None:
         """Read a complete (non-streaming) response."""
@@ -149,6 +181,8 @@ class _CallRecord:
             reason = "the backend returned no token ids" if self.asked_token_ids else "token ids were not requested"
         elif int(self.request.get("n") or 1) != 1:
             reason = "n > 1: only the first choice is stored"
+        elif self.mode == "train":
+            reason = untrainable_sampling(self.request, self.temperature)
         usage = self.usage or {
             "prompt_tokens": len(self.prompt_ids or []),
             "completion_tokens": len(self.response_ids or []),
@@ -182,6 +216,7 @@ class _CallRecord:
             usage=usage,
             trainable=reason is None,
             not_trainable_reason=reason,
+            temperature=self.temperature,
         )
 
 
@@ -232,11 +267,17 @@ class LLMProxy:
         if model:
             payload["model"] = model
         rec.model = payload.get("model")
+        temperature = payload.get("temperature")
         if rec.mode == "eval" and self.upstream.eval_temperature is not None:
-            payload["temperature"] = self.upstream.eval_temperature
+            temperature = self.upstream.eval_temperature
+        elif isinstance(temperature, bool) or not isinstance(temperature, (int, float)):
+            temperature = self.upstream.temperature
+        if temperature is not None:
+            payload["temperature"] = temperature
+        rec.temperature = None if temperature is None else float(temperature)
         if not self._token_ids_rejected:
             payload[TOKEN_ID_PARAM] = True
-            payload.setdefault("logprobs", True)
+            payload["logprobs"] = True  # even if the agent said false: the trainer needs the behaviour log-probs
             rec.asked_token_ids = True
         return payload
 
@@ -337,6 +378,8 @@ class LLMProxy:
             return openai_error(answered, f"LLM backend answered {status}: {rec.error}", "upstream_error")
         rec.take_choice(parsed)
         self._store(rec, stream=False)
+        if rec.strip_logprobs:
+            content = orjson.dumps(_without_logprobs(parsed))
         return Response(content, status_code=status, media_type="application/json", headers=seq_header)
 
     async def _stream(self, rec: _CallRecord, seq_header: dict[str, str]) -> Response:
@@ -372,13 +415,21 @@ class LLMProxy:
             async for chunk in resp.content.iter_any():
                 buffer += chunk
                 done = False
+                rewritten = b""
                 while b"\n\n" in buffer:
                     event, buffer = buffer.split(b"\n\n", 1)
                     done = self._take_event(event, rec) or done
+                    if rec.strip_logprobs:
+                        rewritten += _event_without_logprobs(event) + b"\n\n"
                 if done and not stored:
                     self._store(rec, stream=True)  # before the agent sees [DONE]
                     stored = True
-                yield chunk
+                if not rec.strip_logprobs:
+                    yield chunk  # byte for byte
+                elif rewritten:
+                    yield rewritten  # whole events only; a partial one waits in the buffer
+            if rec.strip_logprobs and buffer:
+                yield buffer
         except BaseException as exc:
             if not stored:
                 rec.error = f"stream interrupted: {type(exc).__name__}: {exc}".rstrip(": ")
@@ -409,6 +460,28 @@ class LLMProxy:
                     rec.error = _error_message(chunk, data, 200)
                 rec.take_chunk(chunk)
         return done
+
+
+def _without_logprobs(body: dict[str, Any]) -> dict[str, Any]:
+    """The answer as an agent that asked for no log-probs would get it (the backend was asked for them)."""
+    for choice in body.get("choices") or []:
+        if isinstance(choice, dict) and "logprobs" in choice:
+            choice["logprobs"] = None
+    return body
+
+
+def _event_without_logprobs(event: bytes) -> bytes:
+    lines = []
+    for line in event.split(b"\n"):
+        if line.startswith(b"data:") and line[5:].strip() != b"[DONE]":
+            try:
+                chunk = orjson.loads(line[5:].strip())
+            except orjson.JSONDecodeError:
+                chunk = None
+            if isinstance(chunk, dict):
+                line = b"data: " + orjson.dumps(_without_logprobs(chunk))
+        lines.append(line)
+    return b"\n".join(lines)
 
 
 def _error_message(parsed: Any, content: bytes, status: int) -> str:

@@ -50,12 +50,14 @@ log = logging.getLogger(__name__)
 T = TypeVar("T")
 
 DB_FILENAME = "agl.sqlite"
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 # How to bring a store written by an older agl up to date, step by step; applied once, in one transaction, when
 # the store is opened (data already stored is kept).
 MIGRATIONS: dict[int, str] = {
     # 1 → 2: per-agent policies (model versions name the backend model each agent's calls go to)
     1: "ALTER TABLE model_versions ADD COLUMN agent_models TEXT",
+    # 2 → 3: the sampling temperature of each LLM call (the trainer computes log-probs at that temperature)
+    2: "ALTER TABLE llm_calls ADD COLUMN temperature REAL",
 }
 
 _SCHEMA = """
@@ -87,7 +89,8 @@ CREATE TABLE IF NOT EXISTS llm_calls (
   model TEXT, model_version INTEGER, request TEXT NOT NULL, response_message TEXT, prompt_ids TEXT,
   response_ids TEXT, logprobs TEXT, finish_reason TEXT, stream INTEGER NOT NULL, status TEXT NOT NULL,
   http_status INTEGER NOT NULL, error TEXT, started_at REAL NOT NULL, latency_s REAL NOT NULL,
-  usage TEXT NOT NULL, trainable INTEGER NOT NULL, not_trainable_reason TEXT, UNIQUE (attempt_id, seq));
+  usage TEXT NOT NULL, trainable INTEGER NOT NULL, not_trainable_reason TEXT, temperature REAL,
+  UNIQUE (attempt_id, seq));
 CREATE INDEX IF NOT EXISTS llm_calls_rollout ON llm_calls(rollout_id, attempt_id, seq);
 CREATE TABLE IF NOT EXISTS rewards (
   id INTEGER PRIMARY KEY AUTOINCREMENT, rollout_id TEXT NOT NULL, attempt_id TEXT NOT NULL,
@@ -123,7 +126,13 @@ def new_id(prefix: str) -> str:
     return f"{prefix}-{_ID_SOURCE.bits():016x}"
 
 
-_INSERT_LLM_CALL = f"INSERT INTO llm_calls VALUES ({','.join('?' * 26)})"
+# Named columns: a column added by a migration lands last in an old store but may sit elsewhere in a new one.
+_LLM_CALL_COLUMNS = (
+    "id, rollout_id, attempt_id, seq, agent_name, attribution, trace_id, parent_span_id, model_requested, model,"
+    " model_version, request, response_message, prompt_ids, response_ids, logprobs, finish_reason, stream, status,"
+    " http_status, error, started_at, latency_s, usage, trainable, not_trainable_reason, temperature"
+)
+_INSERT_LLM_CALL = f"INSERT INTO llm_calls ({_LLM_CALL_COLUMNS}) VALUES ({','.join('?' * 27)})"
 
 
 def _dumps(value: Any) -> str:
@@ -741,6 +750,7 @@ class Store:
             _dumps(call.usage),
             int(call.trainable),
             call.not_trainable_reason,
+            call.temperature,
         )
 
         def op(conn: sqlite3.Connection) -> None:
