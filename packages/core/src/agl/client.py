@@ -161,7 +161,7 @@ class Client:
         return out
 
     def cancel(self, rollout_id: str) -> Rollout:
-        return Rollout.model_validate(self._call("POST", f"/rollouts/{rollout_id}/cancel"))
+        return Rollout.model_validate(self._call("POST", f"/rollouts/{rollout_id}/cancel", {}))
 
     def wait(self, ids: Sequence[str], *, timeout: float | None = None, poll_s: float = 0.2) -> list[Rollout]:
         """Block until every rollout is finished (succeeded, failed or cancelled)."""

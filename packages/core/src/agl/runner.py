@@ -153,7 +153,9 @@ class Runner:
         ctx = RolloutContext(rollout_id=claim.rollout.id, attempt_id=claim.attempt.id, server_url=self.server_url)
         active = _Active(claim, ctx, asyncio.current_task())
         self._active[ctx.attempt_id] = active
-        llm = LLM(base_url=ctx.llm_base_url, model=model, api_key=self.token or "agl")
+        # the agent's API key: its attempt's own credential when the server has a token (it opens only this
+        # attempt's proxy URL and reports), never the operator token
+        llm = LLM(base_url=ctx.llm_base_url, model=model, api_key=claim.credential or self.token or "agl")
         status, reward, error = "succeeded", None, None
         token = set_rollout(ctx)
         try:
@@ -182,6 +184,8 @@ class Runner:
             if otel is not None:  # its batched spans must reach the server before the attempt is reported
                 await asyncio.to_thread(otel.force_flush, 10_000)
             await self._flush(client, ctx, final=True)
+            if ctx.refused and status == "succeeded":
+                status, error = "failed", "; ".join(ctx.refused)[:20_000]
             completed = await self._retry(
                 lambda: client.complete(
                     ctx.attempt_id,
@@ -219,19 +223,34 @@ class Runner:
         spans, rewards = ctx.recorder.drain()
         if not spans and not rewards:
             return
-        try:
-            if spans:
-                await self._retry(lambda: client.add_spans(spans), what="send spans", patient=final)
-            if rewards:
-                await self._retry(lambda: client.add_rewards(rewards), what="send rewards", patient=final)
-        except (httpx.TransportError, AglHTTPError) as exc:
-            if final:
-                raise
-            log.warning("could not send spans/rewards yet (%s); will retry", exc)
-            for s in spans:
-                ctx.recorder.add_span(s)
-            for r in rewards:
-                ctx.recorder.add_reward(r)
+        for what, items, send in (("spans", spans, client.add_spans), ("rewards", rewards, client.add_rewards)):
+            if not items:
+                continue
+            try:
+                await self._retry(lambda send=send, items=items: send(items), what=f"send {what}", patient=final)
+            except AglHTTPError as exc:
+                if exc.status >= 500:
+                    if final:
+                        raise
+                    self._requeue(ctx, what, items, exc)
+                    continue
+                # Refused for good (bad input): sending it again cannot help. The attempt reports it as its
+                # failure, so the rollout says why instead of timing out.
+                log.warning("the server refused the %s of attempt %s: %s", what, ctx.attempt_id, exc.message)
+                ctx.refused.append(f"the server refused the agent's {what}: {exc.message}")
+            except httpx.TransportError as exc:
+                if final:
+                    raise
+                self._requeue(ctx, what, items, exc)
+
+    @staticmethod
+    def _requeue(ctx: RolloutContext, what: str, items: Any, exc: Exception) -> None:
+        log.warning("could not send %s yet (%s); will retry", what, exc)
+        for item in items:
+            if what == "spans":
+                ctx.recorder.add_span(item)
+            else:
+                ctx.recorder.add_reward(item)
 
     async def _heartbeat_loop(self, client: AsyncClient) -> None:
         while True:

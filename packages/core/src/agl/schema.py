@@ -8,9 +8,48 @@ poisons every advantage it is averaged into.
 from __future__ import annotations
 
 import enum
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, JsonValue, field_validator
+from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, JsonValue, field_validator
+
+# SQLite stores integers in 64 bits and orjson writes JSON integers of at most 64 bits: a bigger one would fail
+# deep in the store (a 500, and a worker retrying for minutes). They are refused at the API edge instead.
+INT64_MAX = 2**63 - 1
+INT64_MIN = -(2**63)
+# Unix seconds; anything past the year 5000 is a unit mistake (nanoseconds sent as seconds) or nonsense.
+MAX_TIMESTAMP = 1e11
+
+
+def _json_fits(value: JsonValue) -> JsonValue:
+    """Refuse integers that do not fit in 64 bits anywhere inside a JSON value."""
+    stack: list[tuple[str, Any]] = [("", value)]
+    while stack:
+        path, item = stack.pop()
+        if isinstance(item, bool) or item is None:
+            continue
+        if isinstance(item, int) and not INT64_MIN <= item <= INT64_MAX:
+            digits = str(item)
+            shown = digits if len(digits) <= 30 else digits[:30] + "…"
+            raise ValueError(f"integer {shown} does not fit in 64 bits" + (f" (at {path})" if path else ""))
+        if isinstance(item, dict):
+            stack.extend((f"{path}.{k}" if path else str(k), v) for k, v in item.items())
+        elif isinstance(item, list):
+            stack.extend((f"{path}[{i}]", v) for i, v in enumerate(item))
+    return value
+
+
+def _not_bool(value: Any) -> Any:
+    # pydantic turns true into 1.0 for a float field; a reward of `true` is a mistake, not a 1
+    if isinstance(value, bool):
+        raise ValueError("must be a number, not a boolean")
+    return value
+
+
+Json = Annotated[JsonValue, AfterValidator(_json_fits)]
+Int64 = Annotated[int, Field(ge=INT64_MIN, le=INT64_MAX)]
+Seq = Annotated[int, Field(ge=0, le=INT64_MAX)]
+Number = Annotated[float, BeforeValidator(_not_bool)]
+Timestamp = Annotated[float, Field(ge=0, le=MAX_TIMESTAMP)]
 
 
 class _Model(BaseModel):
@@ -72,9 +111,9 @@ class Attribution(str, enum.Enum):
 
 
 class TaskIn(_Model):
-    input: JsonValue
+    input: Json
     id: str | None = Field(default=None, min_length=1, max_length=200)
-    metadata: dict[str, JsonValue] = Field(default_factory=dict)
+    metadata: dict[str, Json] = Field(default_factory=dict)
 
 
 class Task(_Model):
@@ -94,10 +133,10 @@ class EnqueueRequest(_Model):
     task: TaskIn | None = None
     n: int = Field(default=1, ge=1, le=10_000)
     mode: Literal["train", "eval"] = "train"
-    step: int | None = Field(default=None, ge=0)
+    step: Seq | None = None
     max_attempts: int = Field(default=3, ge=1, le=100)
-    timeout_s: float | None = Field(default=None, gt=0)
-    metadata: dict[str, JsonValue] = Field(default_factory=dict)
+    timeout_s: float | None = Field(default=None, gt=0, le=10 * 365 * 86400)
+    metadata: dict[str, Json] = Field(default_factory=dict)
 
 
 class Rollout(_Model):
@@ -142,6 +181,9 @@ class Claim(_Model):
     rollout: Rollout
     attempt: Attempt
     task: Task
+    # with a server token: a credential that opens this attempt's proxy URL and its own reports only; the
+    # agent gets it as its API key instead of the operator token
+    credential: str | None = None
 
 
 class HeartbeatRequest(_Model):
@@ -150,9 +192,9 @@ class HeartbeatRequest(_Model):
 
 class CompleteRequest(_Model):
     status: Literal["succeeded", "failed", "timeout"]
-    reward: float | None = None  # a float the agent returned: stored as a reward of source "returned"
+    reward: Number | None = None  # a float the agent returned: stored as a reward of source "returned"
     error: str | None = Field(default=None, max_length=20_000)
-    after_llm_seq: int | None = None
+    after_llm_seq: Seq | None = None
     # how many agent scopes the attempt opened (runners of agl-core ≥ 0.1 send it); with any, its calls that
     # bypassed agl's HTTP hook are marked `missed`
     agent_scopes: int | None = Field(default=None, ge=0)
@@ -164,14 +206,14 @@ class CompleteRequest(_Model):
 class RewardIn(_Model):
     rollout_id: str
     attempt_id: str
-    value: float
+    value: Number
     name: str = Field(default="reward", min_length=1, max_length=200)
     source: RewardSource = RewardSource.explicit
-    after_llm_seq: int | None = Field(default=None, ge=0)
+    after_llm_seq: Seq | None = None
     span_id: str | None = None
     agent_name: str | None = None
-    timestamp: float | None = None
-    metadata: dict[str, JsonValue] = Field(default_factory=dict)
+    timestamp: Timestamp | None = None
+    metadata: dict[str, Json] = Field(default_factory=dict)
     uid: str | None = Field(default=None, max_length=100)  # client-made key: a re-sent reward is stored once
 
 
@@ -191,12 +233,12 @@ class SpanIn(_Model):
     parent_id: str | None = Field(default=None, pattern=r"^[0-9a-f]{16}$")
     name: str = Field(min_length=1, max_length=1000)
     kind: str = "internal"
-    start_time: float
-    end_time: float
-    attributes: dict[str, JsonValue] = Field(default_factory=dict)
+    start_time: Timestamp
+    end_time: Timestamp
+    attributes: dict[str, Json] = Field(default_factory=dict)
     status: SpanStatus = SpanStatus.unset
     status_message: str | None = None
-    events: list[dict[str, JsonValue]] = Field(default_factory=list)
+    events: list[dict[str, Json]] = Field(default_factory=list)
     rollout_id: str | None = None
     attempt_id: str | None = None
     agent_name: str | None = None
@@ -266,7 +308,7 @@ class ModelVersionIn(_Model):
     # per-agent policies: the backend model (e.g. LoRA adapter) each named agent's calls go to; other agents'
     # calls go to `upstream_model`
     agent_models: dict[str, str] = Field(default_factory=dict)
-    metadata: dict[str, JsonValue] = Field(default_factory=dict)
+    metadata: dict[str, Json] = Field(default_factory=dict)
 
 
 class ModelVersion(ModelVersionIn):

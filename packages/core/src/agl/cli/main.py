@@ -118,6 +118,20 @@ def cli() -> None:
     default=None,
     help="Send every call of an evaluation rollout with this temperature (e.g. 0: greedy), whatever the agent asks.",
 )
+@click.option(
+    "--upstream-timeout",
+    type=click.FloatRange(min=1),
+    default=600.0,
+    show_default=True,
+    help="Seconds the proxy waits for the upstream's next bytes before failing the call.",
+)
+@click.option(
+    "--allowed-host",
+    "allowed_hosts",
+    multiple=True,
+    help="A host name this server answers to besides localhost and its bound address (repeatable); requests"
+    " with any other Host header are refused, which keeps web pages from reaching it by DNS rebinding.",
+)
 @click.option("--served-model", default="agl-policy", show_default=True, help="Model name agents are told to use.")
 @click.option("--max-body-mb", default=32.0, show_default=True, type=float, help="Largest request body accepted.")
 @click.option(
@@ -134,6 +148,8 @@ def serve(
     token_ids: str,
     temperature: float,
     eval_temperature: float | None,
+    upstream_timeout: float,
+    allowed_hosts: tuple[str, ...],
     served_model: str,
     max_body_mb: float,
     log_level: str,
@@ -155,6 +171,7 @@ def serve(
         token=token,
         served_model=served_model,
         max_body_bytes=int(max_body_mb * 1024 * 1024),
+        allowed_hosts=allowed_hosts,
         upstream=UpstreamConfig(
             base_url=upstream,
             api_key=upstream_api_key,
@@ -162,6 +179,7 @@ def serve(
             token_ids=token_ids,
             temperature=temperature,
             eval_temperature=eval_temperature,
+            timeout_s=upstream_timeout,
         ),
     )
 

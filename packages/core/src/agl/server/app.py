@@ -7,7 +7,7 @@ import contextlib
 import ipaddress
 import logging
 import re
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Sequence
 from concurrent.futures import Future
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -16,11 +16,13 @@ from typing import Any, TypeVar
 import orjson
 from fastapi import FastAPI, Query, Request
 from fastapi.exceptions import RequestValidationError
+from pydantic import BaseModel
 from starlette.concurrency import run_in_threadpool
 from starlette.responses import JSONResponse, Response, StreamingResponse
 
 from agl._version import __version__
 from agl.schema import (
+    INT64_MAX,
     Attempt,
     Claim,
     ClaimRequest,
@@ -35,10 +37,18 @@ from agl.schema import (
     RolloutDetail,
     RolloutStatus,
     SpanBatch,
+    SpanIn,
     Task,
     TaskIn,
 )
-from agl.server.middleware import BearerTokenMiddleware, BodySizeLimitMiddleware
+from agl.server.credentials import attempt_credential
+from agl.server.middleware import (
+    BearerTokenMiddleware,
+    BodySizeLimitMiddleware,
+    BrowserGuardMiddleware,
+    Inflated,
+    inflate,
+)
 from agl.server.otlp import otlp_success_response, parse_otlp_traces
 from agl.server.proxy import LLMProxy, UpstreamConfig
 from agl.store import ConflictError, NotFoundError, Store
@@ -59,6 +69,21 @@ class ServerSettings:
     served_model: str = "agl-policy"
     max_body_bytes: int = 32 * 1024 * 1024
     sweep_interval_s: float = 1.0
+    # Host names the server answers to besides localhost, loopback addresses and the bound address
+    allowed_hosts: tuple[str, ...] = ()
+
+
+_LOOPBACK_NAMES = frozenset({"localhost", "127.0.0.1", "::1"})
+
+
+def allowed_host_names(settings: ServerSettings) -> frozenset[str] | None:
+    """The Host names requests may carry; None: any (a wildcard bind, which requires a token, with no names)."""
+    extra = {h.strip().lower().strip("[]") for h in settings.allowed_hosts if h.strip()}
+    bound = settings.host.strip("[]").lower()
+    wildcard = bound in ("0.0.0.0", "::", "")
+    if wildcard and not extra:
+        return None
+    return frozenset(_LOOPBACK_NAMES | extra | (set() if wildcard else {bound}))
 
 
 def is_loopback(host: str) -> bool:
@@ -93,6 +118,17 @@ def _describe_validation(exc: RequestValidationError) -> str:
         else:
             parts.append(f"{loc or 'body'}: {err.get('msg')}")
     return "; ".join(parts) or "invalid request"
+
+
+def _only_own(request: Request, items: Sequence[SpanIn | RewardIn], what: str) -> None:
+    """With an attempt's credential, only that attempt's own spans and rewards may be reported."""
+    attempt = request.scope.get("agl.attempt")
+    if attempt is None:
+        return
+    others = {item.attempt_id for item in items if item.attempt_id != attempt}
+    if others:
+        shown = ", ".join(sorted(str(o) for o in others)[:3])
+        raise PermissionError(f"this credential belongs to attempt {attempt}: it cannot report {what} of {shown}")
 
 
 _CHAT_PATH = re.compile(r"^/rollout/([^/]+)/attempt/([^/]+)/v1/chat/completions/?$")
@@ -163,7 +199,8 @@ class Server:
     def build_app(self) -> Any:
         app: Any = ProxyFastPath(self.app, self.proxy)
         app = BodySizeLimitMiddleware(app, self.settings.max_body_bytes)
-        if self.settings.token:
+        app = BrowserGuardMiddleware(app, allowed_host_names(self.settings))
+        if self.settings.token:  # outermost: without the token nothing else is revealed
             app = BearerTokenMiddleware(app, self.settings.token)
         return app
 
@@ -193,6 +230,10 @@ class Server:
         @app.exception_handler(ValueError)
         async def _value(_: Request, exc: ValueError) -> JSONResponse:
             return _error(400, str(exc), "invalid_request_error")
+
+        @app.exception_handler(PermissionError)
+        async def _forbidden(_: Request, exc: PermissionError) -> JSONResponse:
+            return _error(403, str(exc), "permission_error")
 
         @app.get(f"{API}/info", tags=["server"])
         async def info() -> dict[str, Any]:
@@ -226,10 +267,10 @@ class Server:
         @app.get(f"{API}/rollouts", tags=["rollouts"])
         async def list_rollouts(
             status: RolloutStatus | None = None,
-            step: int | None = None,
-            ids: str | None = Query(default=None, description="comma-separated rollout ids"),
+            step: int | None = Query(default=None, ge=0, le=INT64_MAX),
+            ids: str | None = Query(default=None, description="comma-separated rollout ids", max_length=100_000),
             limit: int = Query(default=100, ge=1, le=10_000),
-            offset: int = Query(default=0, ge=0),
+            offset: int = Query(default=0, ge=0, le=INT64_MAX),
         ) -> dict[str, Any]:
             if ids is not None:
                 wanted = [i for i in ids.split(",") if i]
@@ -268,6 +309,12 @@ class Server:
                 claims = await self._await(store.claim(req.worker_id, req.max_rollouts, req.lease_s))
                 remaining = deadline - loop.time()
                 if claims or remaining <= 0 or event is None:
+                    if self.settings.token:
+                        secret = self.settings.token
+                        claims = [
+                            c.model_copy(update={"credential": attempt_credential(secret, c.attempt.id)})
+                            for c in claims
+                        ]
                     return claims
                 with contextlib.suppress(asyncio.TimeoutError):
                     await asyncio.wait_for(event.wait(), timeout=remaining)
@@ -296,12 +343,17 @@ class Server:
             return rollout
 
         @app.post(f"{API}/spans", tags=["traces"])
-        async def add_spans(batch: SpanBatch) -> dict[str, int]:
+        async def add_spans(batch: SpanBatch, request: Request) -> dict[str, int]:
+            _only_own(request, batch.spans, "spans")
+            unknown = await run_in_threadpool(store.unknown_rollouts, {s.rollout_id for s in batch.spans})
+            if unknown:
+                raise NotFoundError(f"spans name rollouts that do not exist: {', '.join(sorted(unknown)[:5])}")
             stored = await self._await(store.add_spans(batch.spans))
             return {"received": len(batch.spans), "stored": stored}
 
         @app.post(f"{API}/rewards", tags=["traces"])
-        async def add_rewards(rewards: list[RewardIn]) -> dict[str, int]:
+        async def add_rewards(rewards: list[RewardIn], request: Request) -> dict[str, int]:
+            _only_own(request, rewards, "rewards")
             return {"stored": await self._await(store.add_rewards(rewards))}
 
         @app.post(f"{API}/model_versions", tags=["models"], status_code=201)
@@ -315,7 +367,9 @@ class Server:
             return self.proxy.model_version
 
         @app.get(f"{API}/export/llm_calls", tags=["export"], response_class=StreamingResponse)
-        async def export(step: int | None = None, trainable_only: bool = True) -> StreamingResponse:
+        async def export(
+            step: int | None = Query(default=None, ge=0, le=INT64_MAX), trainable_only: bool = True
+        ) -> StreamingResponse:
             def lines() -> Any:
                 for rollout, call in store.iter_final_llm_calls(step=step):
                     if trainable_only and not call.trainable:
@@ -328,7 +382,8 @@ class Server:
 
         @app.post("/v1/traces", tags=["traces"], summary="OTLP/HTTP traces receiver (protobuf or JSON)")
         async def otlp_traces(request: Request) -> Response:
-            content_type = request.headers.get("content-type", "application/x-protobuf").split(";")[0].strip()
+            # no default: a body without a content type is what a cross-site page can send (the guard refuses it)
+            content_type = request.headers.get("content-type", "").split(";")[0].strip().lower()
             if content_type not in ("application/x-protobuf", "application/json"):
                 return _error(
                     415,
@@ -336,14 +391,19 @@ class Server:
                     "invalid_request_error",
                 )
             body = await request.body()
-            if request.headers.get("content-encoding") == "gzip":
-                import gzip
-
+            encoding = request.headers.get("content-encoding", "").strip().lower()
+            if encoding not in ("", "identity"):
+                limit = self.settings.max_body_bytes
                 try:
-                    body = gzip.decompress(body)
-                except OSError as exc:
-                    return _error(400, f"body is not valid gzip: {exc}", "invalid_request_error")
+                    body = await run_in_threadpool(inflate, body, encoding, limit)
+                except Inflated:
+                    return _error(
+                        413,
+                        f"the {encoding} body inflates past the limit of {limit} bytes (agl serve --max-body-mb)",
+                        "invalid_request_error",
+                    )
             spans = parse_otlp_traces(body, content_type)
+            _only_own(request, spans, "spans")
             if spans:
                 await self._await(store.add_spans(spans))
             payload, media = otlp_success_response(content_type)
@@ -361,7 +421,49 @@ class Server:
         async def models() -> Response:
             return self.proxy.models_response()
 
+        _document_errors(app)
         return app
+
+
+class ErrorBody(BaseModel):
+    """Every error agl's server gives has this OpenAI-style shape."""
+
+    error: dict[str, Any]
+
+
+_ANSWERS = {
+    400: "bad input: the message says which part (an unknown Host, invalid JSON or gzip, a bad value)",
+    401: "missing or wrong bearer token (servers started with --token)",
+    403: "a cross-site request, or an attempt's credential used beyond its own attempt",
+    404: "the rollout, attempt or task does not exist",
+    409: "the attempt or rollout is in a state that refuses this (ended, taken over, cancelled)",
+    413: "the body (or what it inflates to) is over --max-body-mb",
+    415: "wrong content type or encoding",
+    422: "a field failed validation: the message names it",
+}
+# Answers beyond the common 400/401/403/413/415/422, by path
+_EXTRA = {
+    "/api/v1/tasks/{task_id}": (404,),
+    "/api/v1/rollouts/{rollout_id}": (404,),
+    "/api/v1/rollouts/{rollout_id}/detail": (404,),
+    "/api/v1/rollouts/{rollout_id}/cancel": (404,),
+    "/api/v1/rollouts": (404,),
+    "/api/v1/attempts/{attempt_id}/heartbeat": (404, 409),
+    "/api/v1/attempts/{attempt_id}/complete": (404, 409),
+    "/api/v1/rewards": (404, 409),
+    "/api/v1/spans": (404,),
+    "/rollout/{rollout_id}/attempt/{attempt_id}/v1/chat/completions": (404, 409),
+}
+
+
+def _document_errors(app: FastAPI) -> None:
+    """List in the OpenAPI document the error answers each route gives, with their shape."""
+    from fastapi.routing import APIRoute
+
+    for route in app.routes:
+        if isinstance(route, APIRoute):
+            for code in (400, 401, 403, 413, 415, 422, *_EXTRA.get(route.path, ())):
+                route.responses.setdefault(code, {"model": ErrorBody, "description": _ANSWERS[code]})
 
 
 def create_app(settings: ServerSettings, store: Store | None = None) -> Any:
@@ -377,6 +479,7 @@ def serve(
 
     import uvicorn
 
+    lock = lock_run_dir(settings.run_dir)  # held until this process exits
     app = create_app(settings)
     family = socket.AF_INET6 if ":" in settings.host else socket.AF_INET
     sock = socket.socket(family, socket.SOCK_STREAM)
@@ -388,4 +491,31 @@ def serve(
     config = uvicorn.Config(app, log_level=log_level, access_log=False, timeout_graceful_shutdown=5)
     if on_ready is not None:
         on_ready(f"http://{shown}:{port}")
-    uvicorn.Server(config).run(sockets=[sock])
+    try:
+        uvicorn.Server(config).run(sockets=[sock])
+    finally:
+        lock.close()
+
+
+def lock_run_dir(run_dir: Path) -> Any:
+    """Take the run directory for this server alone: two servers writing one store would hand out the same
+    LLM sequence numbers and leases. The lock dies with the process (no stale lock after a crash)."""
+    import fcntl
+    import os
+
+    run_dir.mkdir(parents=True, exist_ok=True)
+    handle = open(run_dir / "agl.lock", "a+")  # noqa: SIM115 (kept open for the server's life)
+    try:
+        fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        handle.seek(0)
+        holder = handle.read().strip() or "another process"
+        handle.close()
+        raise ValueError(
+            f"{run_dir} is in use by another agl serve ({holder}): stop it, or give this one another --run-dir"
+        ) from None
+    handle.seek(0)
+    handle.truncate()
+    handle.write(f"pid {os.getpid()}")
+    handle.flush()
+    return handle

@@ -11,6 +11,8 @@ from typing import Any
 
 import orjson
 
+from agl.server.credentials import PREFIX, attempt_may, attempt_of
+
 Scope = dict[str, Any]
 ASGIApp = Any
 
@@ -25,11 +27,13 @@ async def _reject(
 
 
 class BearerTokenMiddleware:
-    """Every route requires `Authorization: Bearer <token>` (agents send it as their OpenAI api key)."""
+    """Every route requires `Authorization: Bearer <token>` (agents send it as their OpenAI api key). The scheme
+    is case-insensitive (RFC 7235); the token is compared in constant time."""
 
     def __init__(self, app: ASGIApp, token: str) -> None:
         self.app = app
-        self.expected = f"Bearer {token}".encode()
+        self.token = token
+        self.expected = token.encode()
 
     async def __call__(self, scope: Scope, receive: Any, send: Any) -> None:
         if scope["type"] != "http":
@@ -40,7 +44,25 @@ class BearerTokenMiddleware:
             if key == b"authorization":
                 given = value
                 break
-        if not hmac.compare_digest(given, self.expected):
+        scheme, _, credential = given.strip().partition(b" ")
+        credential = credential.strip()
+        is_bearer = scheme.lower() == b"bearer"
+        if is_bearer and credential.startswith(PREFIX.encode()):
+            attempt_id = attempt_of(self.token, credential)
+            if attempt_id is not None:
+                if not attempt_may(attempt_id, scope["method"], scope["path"]):
+                    await _reject(
+                        send,
+                        403,
+                        f"this credential belongs to attempt {attempt_id}: it opens that attempt's proxy URL and"
+                        " its own reports only",
+                        "permission_error",
+                    )
+                    return
+                scope["agl.attempt"] = attempt_id  # the handlers check what is reported belongs to it
+                await self.app(scope, receive, send)
+                return
+        if not is_bearer or not hmac.compare_digest(credential, self.expected):
             why = "missing" if not given else "wrong"
             await _reject(
                 send,
@@ -109,3 +131,121 @@ class BodySizeLimitMiddleware:
         except BodyTooLarge:
             if not started:
                 await _reject(send, 413, message_413, "invalid_request_error")
+
+
+# Media types a route accepts in a request body: JSON everywhere, protobuf or JSON for OTLP.
+_JSON = (b"application/json",)
+_OTLP = (b"application/json", b"application/x-protobuf")
+
+
+class BrowserGuardMiddleware:
+    """Keeps web pages away from a server on loopback, where the token is optional.
+
+    - DNS rebinding: a page on attacker.example that resolves its own name to 127.0.0.1 reaches this server
+      with `Host: attacker.example`; only the names this server is reached by are accepted (`localhost`,
+      loopback addresses, the bound address, `--allowed-host`). A wildcard bind (0.0.0.0) requires a token,
+      which pages cannot send, and accepts any Host unless names are given.
+    - Cross-site "simple requests": a page may POST text/plain, form data or a body without a content type
+      to any origin without asking first. Every state change here takes JSON (protobuf for OTLP) and says so
+      in Content-Type, which a page can only send after a CORS preflight this server never approves. A
+      request whose Origin is another site is refused outright.
+    """
+
+    def __init__(self, app: ASGIApp, allowed_hosts: frozenset[str] | None) -> None:
+        self.app = app
+        self.allowed_hosts = allowed_hosts  # lower-case names without port; None: any
+
+    def _host_allowed(self, value: bytes) -> bool:
+        if self.allowed_hosts is None:
+            return True
+        host = value.decode("latin-1").strip().lower()
+        if host.startswith("["):  # [::1]:8765
+            host = host[1 : host.find("]")] if "]" in host else host
+        elif host.count(":") == 1:
+            host = host.split(":", 1)[0]
+        return host in self.allowed_hosts
+
+    async def __call__(self, scope: Scope, receive: Any, send: Any) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        host = origin = content_type = None
+        for key, value in scope["headers"]:
+            if key == b"host":
+                host = value
+            elif key == b"origin":
+                origin = value
+            elif key == b"content-type":
+                content_type = value
+        if host is not None and not self._host_allowed(host):
+            await _reject(
+                send,
+                400,
+                f"this server does not answer to Host {host.decode('latin-1')[:100]!r}: reach it as localhost or"
+                " its bound address, or start it with --allowed-host NAME",
+                "invalid_request_error",
+            )
+            return
+        if origin is not None and origin != b"null":
+            origin_host = origin.split(b"://", 1)[-1]
+            if not self._host_allowed(origin_host):
+                await _reject(send, 403, "cross-site requests are refused (Origin of another site)", "permission_error")
+                return
+        if scope["method"] in ("POST", "PUT", "PATCH", "DELETE"):
+            otlp = scope["path"] == "/v1/traces"
+            accepted = _OTLP if otlp else _JSON
+            media = (content_type or b"").split(b";", 1)[0].strip().lower()
+            if media not in accepted:
+                shown = media.decode("latin-1")[:60] or "none"
+                await _reject(
+                    send,
+                    415,
+                    f"content type {shown!r} is not accepted here: send {' or '.join(a.decode() for a in accepted)}",
+                    "invalid_request_error",
+                )
+                return
+            if not otlp:
+                for key, value in scope["headers"]:
+                    if key == b"content-encoding" and value.strip().lower() not in (b"", b"identity"):
+                        await _reject(
+                            send,
+                            415,
+                            "compressed request bodies are accepted only by /v1/traces (OTLP)",
+                            "invalid_request_error",
+                        )
+                        return
+        await self.app(scope, receive, send)
+
+
+class Inflated(Exception):
+    """A compressed body that inflates past the limit."""
+
+
+def inflate(body: bytes, encoding: str, limit: int) -> bytes:
+    """`body` decompressed (gzip or deflate), never holding more than `limit` bytes of output: a 300 KB
+    body can inflate to 300 MB. Raises `Inflated` past the limit, ValueError if it is not valid."""
+    import zlib
+
+    wbits = {"gzip": 16 + zlib.MAX_WBITS, "deflate": zlib.MAX_WBITS}.get(encoding)
+    if wbits is None:
+        raise ValueError(f"content encoding {encoding!r} is not supported: use gzip, deflate or none")
+    inflater = zlib.decompressobj(wbits)
+    out = bytearray()
+    chunk = 64 * 1024
+    view = memoryview(body)
+    try:
+        for start in range(0, len(body), chunk):
+            data: bytes | memoryview = view[start : start + chunk]
+            while data:
+                out += inflater.decompress(data, limit + 1 - len(out))
+                if len(out) > limit:
+                    raise Inflated
+                data = inflater.unconsumed_tail
+        out += inflater.flush(limit + 1 - len(out))
+    except zlib.error as exc:
+        raise ValueError(f"body is not valid {encoding}: {exc}") from None
+    if len(out) > limit:
+        raise Inflated
+    if not inflater.eof:
+        raise ValueError(f"body is not valid {encoding}: it ends early")
+    return bytes(out)

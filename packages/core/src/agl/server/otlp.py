@@ -32,7 +32,7 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
     ExportTraceServiceResponse,
 )
 
-from agl.schema import SpanIn, SpanStatus
+from agl.schema import INT64_MIN, MAX_TIMESTAMP, SpanIn, SpanStatus
 from agl.tracing import attributes as attr
 
 PROTOBUF = "application/x-protobuf"
@@ -46,7 +46,8 @@ _ZERO_TRACE = bytes(16)
 _ZERO_SPAN = bytes(8)
 _MAX_NAME = 1000  # SpanIn.name's limit
 _MAX_DEPTH = 32  # nesting of array / kvlist attribute values
-_INT64 = (-(2**63), 2**63 - 1)
+_INT64 = (INT64_MIN, 2**63 - 1)
+UINT64_MAX = 2**64 - 1
 _NON_FINITE = frozenset({"NaN", "Infinity", "-Infinity"})
 _SCOPE_NAME = "otel.scope.name"
 
@@ -87,7 +88,10 @@ def otlp_success_response(content_type: str) -> tuple[bytes, str]:
 def _seconds(nanos: int, field: str) -> float:
     if nanos <= 0:
         raise _Invalid(field, "missing or zero: spans need a start and an end time (unix nanoseconds)")
-    return nanos / 1e9
+    seconds = nanos / 1e9
+    if seconds > MAX_TIMESTAMP:
+        raise _Invalid(field, f"{nanos} ns is after the year 5000: not a unix time in nanoseconds")
+    return seconds
 
 
 def _non_finite(value: float) -> str:
@@ -309,6 +313,9 @@ def _j_int(value: Any, field: str) -> int:
         n = int(value)
     else:
         raise _Invalid(field, f"expected an integer, got {value!r}")
+    if not INT64_MIN <= n <= UINT64_MAX:  # OTLP integers are int64 or uint64
+        shown = str(n) if len(str(n)) <= 30 else str(n)[:30] + "…"
+        raise _Invalid(field, f"{shown} is out of the int64 / uint64 range")
     return n
 
 

@@ -10,9 +10,11 @@ A backend that returns no ids (a hosted API) still works: its calls are stored a
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import time
 from collections.abc import AsyncIterator
+from concurrent.futures import Future
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import unquote
@@ -116,6 +118,7 @@ class _CallRecord:
         # the agent said `"logprobs": false`: agl still asks the backend (training needs them) and takes them
         # out of the answer the agent gets
         self.strip_logprobs = request_body.get("logprobs") is False
+        self.abandoned = False  # the agent hung up before the answer
 
     def take_choice(self, body: dict[str, Any]) -> None:
         """Read a complete (non-streaming) response."""
@@ -168,6 +171,38 @@ class _CallRecord:
             if choice.get("finish_reason"):
                 self.finish_reason = choice["finish_reason"]
 
+    def fallback_call(self, *, stream: bool, why: str) -> LLMCall:
+        """A minimal record of a call whose full record could not be built: stored, flagged, never lost."""
+        return LLMCall(
+            id=new_id("llm"),
+            rollout_id=self.rollout_id,
+            attempt_id=self.attempt_id,
+            seq=self.seq,
+            agent_name=self.agent,
+            attribution=Attribution.scope if self.agent else Attribution.unattributed,
+            trace_id=self.trace_id,
+            parent_span_id=self.parent_span,
+            model_requested=None,
+            model=None,
+            model_version=self.model_version,
+            request={"unrecorded": why},
+            response_message=None,
+            prompt_ids=None,
+            response_ids=None,
+            logprobs=None,
+            finish_reason=self.finish_reason,
+            stream=stream,
+            status="error",
+            http_status=self.http_status,
+            error=f"the call could not be recorded: {why}",
+            started_at=self.started,
+            latency_s=time.perf_counter() - self.t0,
+            usage={},
+            trainable=False,
+            not_trainable_reason=f"the call could not be recorded: {why}",
+            temperature=self.temperature,
+        )
+
     def to_call(self, *, stream: bool) -> LLMCall:
         message = self.message
         if stream and (self.content or self.tool_calls):
@@ -175,7 +210,9 @@ class _CallRecord:
             if self.tool_calls:
                 message["tool_calls"] = [self.tool_calls[i] for i in sorted(self.tool_calls)]
         reason = None
-        if self.error is not None:
+        if self.abandoned:
+            reason = "abandoned: the agent hung up before the answer"
+        elif self.error is not None:
             reason = "the call failed"
         elif not self.prompt_ids or self.response_ids is None:
             reason = "the backend returned no token ids" if self.asked_token_ids else "token ids were not requested"
@@ -291,11 +328,28 @@ class LLMProxy:
     def _rejected_token_ids(self, status: int, content: bytes) -> bool:
         return self.upstream.token_ids == "auto" and status == 400 and TOKEN_ID_PARAM.encode() in content
 
-    def _store(self, rec: _CallRecord, *, stream: bool) -> None:
+    def _store(self, rec: _CallRecord, *, stream: bool) -> Future[None] | None:
         try:
-            self.store.add_llm_call(rec.to_call(stream=stream))
-        except Exception:  # the agent's answer must not fail because the record could not be built
+            call = rec.to_call(stream=stream)
+        except Exception as exc:
+            # the agent's answer must not fail because the record could not be built; nor may the call vanish
+            log.exception("could not build the record of LLM call %s/%s", rec.attempt_id, rec.seq)
+            call = rec.fallback_call(stream=stream, why=f"{type(exc).__name__}: {exc}")
+        try:
+            return self.store.add_llm_call(call)
+        except Exception:
             log.exception("could not store LLM call %s/%s", rec.attempt_id, rec.seq)
+            return None
+
+    async def _stored(self, rec: _CallRecord, *, stream: bool) -> None:
+        """Store the call and wait for the commit: an answer the agent received is a call that survives a crash
+        of the server (the writer commits in groups, so the wait is short)."""
+        future = self._store(rec, stream=stream)
+        if future is not None:
+            try:
+                await asyncio.wrap_future(future)
+            except Exception:
+                log.exception("could not store LLM call %s/%s", rec.attempt_id, rec.seq)
 
     async def chat_completions(self, request: Request, rollout_id: str, attempt_id: str) -> Response:
         raw = await request.body()
@@ -303,10 +357,9 @@ class LLMProxy:
             body = orjson.loads(raw)
         except orjson.JSONDecodeError as exc:
             return openai_error(400, f"request body is not valid JSON: {exc}", "invalid_request_error")
-        if not isinstance(body, dict) or not isinstance(body.get("messages"), list):
-            return openai_error(
-                400, "request body must be a JSON object with a 'messages' list", "invalid_request_error"
-            )
+        problem = request_problem(body)
+        if problem is not None:
+            return openai_error(400, problem, "invalid_request_error")
         owner = self.store.attempt_rollout(attempt_id)
         if owner is None or owner[0] != rollout_id:
             return openai_error(
@@ -314,6 +367,15 @@ class LLMProxy:
                 f"attempt {attempt_id!r} of rollout {rollout_id!r} does not exist",
                 "invalid_request_error",
                 "unknown_rollout",
+            )
+        if not owner[2]:
+            # A call after the attempt ended (a straggler, a cancelled rollout) would become training data of
+            # a rollout whose outcome is already decided: refused, nothing stored.
+            return openai_error(
+                409,
+                f"attempt {attempt_id!r} of rollout {rollout_id!r} has ended: it takes no more LLM calls",
+                "invalid_request_error",
+                "attempt_ended",
             )
         if self.upstream.base_url is None:
             return openai_error(
@@ -327,7 +389,7 @@ class LLMProxy:
         seq_header = {attr.HEADER_LLM_SEQ: str(rec.seq)}
         if body.get("stream"):
             return await self._stream(rec, seq_header)
-        return await self._complete(rec, seq_header)
+        return await self._complete(rec, seq_header, request)
 
     async def _post(self, rec: _CallRecord) -> aiohttp.ClientResponse:
         """POST to the upstream; the caller reads and releases the answer."""
@@ -355,16 +417,33 @@ class LLMProxy:
         resp.headers.update(seq_header)
         return resp
 
-    async def _complete(self, rec: _CallRecord, seq_header: dict[str, str]) -> Response:
+    async def _fetch(self, rec: _CallRecord) -> tuple[int, bytes]:
+        resp = await self._post(rec)
         try:
-            resp = await self._post(rec)
-            try:
-                content = await resp.read()
-            finally:
-                resp.release()
+            return resp.status, await resp.read()
+        finally:
+            resp.release()
+
+    async def _complete(self, rec: _CallRecord, seq_header: dict[str, str], request: Request) -> Response:
+        # The agent may give up while the backend works (a client timeout): its call must not be stored as
+        # if it had been answered, so the wait for the backend races the agent's hang-up.
+        fetch = asyncio.ensure_future(self._fetch(rec))
+        hangup = asyncio.ensure_future(_hung_up(request))
+        await asyncio.wait((fetch, hangup), return_when=asyncio.FIRST_COMPLETED)
+        if not fetch.done():
+            fetch.cancel()  # closes the backend connection: vLLM aborts the request
+            with contextlib.suppress(BaseException):
+                await fetch
+            rec.http_status, rec.abandoned = 499, True
+            rec.error = "the agent hung up before the answer came"
+            self._store(rec, stream=False)
+            return Response(status_code=499)  # nobody is listening
+        hangup.cancel()
+        try:
+            status, content = fetch.result()
         except UPSTREAM_ERRORS as exc:
             return self._upstream_failed(rec, exc, seq_header, stream=False)
-        status = rec.http_status = resp.status
+        rec.http_status = status
         try:
             parsed = orjson.loads(content)
         except orjson.JSONDecodeError:
@@ -377,7 +456,7 @@ class LLMProxy:
             answered = status if status >= 400 else 502
             return openai_error(answered, f"LLM backend answered {status}: {rec.error}", "upstream_error")
         rec.take_choice(parsed)
-        self._store(rec, stream=False)
+        await self._stored(rec, stream=False)
         if rec.strip_logprobs:
             content = orjson.dumps(_without_logprobs(parsed))
         return Response(content, status_code=status, media_type="application/json", headers=seq_header)
@@ -422,8 +501,8 @@ class LLMProxy:
                     if rec.strip_logprobs:
                         rewritten += _event_without_logprobs(event) + b"\n\n"
                 if done and not stored:
-                    self._store(rec, stream=True)  # before the agent sees [DONE]
                     stored = True
+                    await self._stored(rec, stream=True)  # committed before the agent sees [DONE]
                 if not rec.strip_logprobs:
                     yield chunk  # byte for byte
                 elif rewritten:
@@ -460,6 +539,65 @@ class LLMProxy:
                     rec.error = _error_message(chunk, data, 200)
                 rec.take_chunk(chunk)
         return done
+
+
+# Request fields the proxy reads, with the JSON types they must have (and how to say so); anything else goes to
+# the backend as it is.
+_FIELD_TYPES: dict[str, tuple[tuple[type, ...], str]] = {
+    "model": ((str,), "a string"),
+    "stream": ((bool,), "true or false"),
+    "n": ((int,), "an integer"),
+    "temperature": ((int, float), "a number"),
+    "top_p": ((int, float), "a number"),
+    "max_tokens": ((int,), "an integer"),
+    "max_completion_tokens": ((int,), "an integer"),
+    "logprobs": ((bool,), "true or false"),
+    "tools": ((list,), "a list"),
+}
+
+
+def request_problem(body: Any) -> str | None:
+    """Why a chat request cannot be forwarded and recorded faithfully, or None. Checked before anything is
+    sent: a request the store could not record must be refused, not answered and then lost."""
+    if not isinstance(body, dict):
+        return "request body must be a JSON object"
+    messages = body.get("messages")
+    if not isinstance(messages, list):
+        return "request body must be a JSON object with a 'messages' list"
+    if not all(isinstance(m, dict) for m in messages):
+        return "every entry of 'messages' must be an object"
+    for key, (types, expected) in _FIELD_TYPES.items():
+        value = body.get(key)
+        if value is None:
+            continue
+        if (isinstance(value, bool) and bool not in types) or not isinstance(value, types):
+            return f"'{key}' must be {expected}, got {json_type(value)}"
+    n = body.get("n")
+    if n is not None and not 1 <= n <= 128:
+        return f"'n' must be between 1 and 128, got {n}"
+    for key in ("max_tokens", "max_completion_tokens"):
+        value = body.get(key)
+        if value is not None and not 1 <= value <= 2**31:
+            return f"'{key}' must be a positive integer below 2**31, got {value}"
+    return None
+
+
+def json_type(value: Any) -> str:
+    names = {
+        bool: "a boolean",
+        int: "an integer",
+        float: "a number",
+        str: "a string",
+        list: "a list",
+        dict: "an object",
+    }
+    return "null" if value is None else names.get(type(value), type(value).__name__)
+
+
+async def _hung_up(request: Request) -> None:
+    """Returns when the client disconnects (its body was read already, so the next message is the hang-up)."""
+    while (await request.receive())["type"] != "http.disconnect":
+        pass
 
 
 def _without_logprobs(body: dict[str, Any]) -> dict[str, Any]:

@@ -17,7 +17,7 @@ import random
 import sqlite3
 import threading
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from concurrent.futures import Future
 from pathlib import Path
 from typing import Any, TypeVar
@@ -533,6 +533,7 @@ class Store:
             conn.execute(
                 "UPDATE attempts SET status=?, ended_at=?, error=? WHERE id=?", (status, now, error, attempt_id)
             )
+            self._ended([attempt_id])
             if reward is not None:
                 self._insert_reward(
                     conn,
@@ -587,6 +588,7 @@ class Store:
                     "UPDATE attempts SET status=?, ended_at=?, error=? WHERE id=?",
                     (status, now, reason, row["attempt_id"]),
                 )
+                self._ended([row["attempt_id"]])
                 ro = conn.execute(
                     "SELECT r.* FROM rollouts r JOIN attempts a ON a.rollout_id=r.id WHERE a.id=?",
                     (row["attempt_id"],),
@@ -605,11 +607,16 @@ class Store:
             if RolloutStatus(ro["status"]).terminal:
                 return self._rollout(ro)
             now = time.time()
+            running = [
+                r[0]
+                for r in conn.execute("SELECT id FROM attempts WHERE rollout_id=? AND status='running'", (rollout_id,))
+            ]
             conn.execute(
                 "UPDATE attempts SET status='failed', ended_at=?, error='rollout cancelled'"
                 " WHERE rollout_id=? AND status='running'",
                 (now, rollout_id),
             )
+            self._ended(running)
             conn.execute("UPDATE rollouts SET status='cancelled', ended_at=? WHERE id=?", (now, rollout_id))
             return self._rollout(conn.execute("SELECT * FROM rollouts WHERE id=?", (rollout_id,)).fetchone())
 
@@ -667,15 +674,47 @@ class Store:
         )
 
     def add_rewards(self, rewards: Sequence[RewardIn]) -> Future[int]:
+        """Store rewards; all or none. The agent's own rewards (explicit, returned) are accepted only while its
+        attempt may still report; rewards computed afterwards from the trace (automatic, AIR) at any time."""
+
         def op(conn: sqlite3.Connection) -> int:
             for r in rewards:
-                att = conn.execute("SELECT rollout_id FROM attempts WHERE id=?", (r.attempt_id,)).fetchone()
+                att = conn.execute("SELECT * FROM attempts WHERE id=?", (r.attempt_id,)).fetchone()
                 if att is None or att["rollout_id"] != r.rollout_id:
                     raise NotFoundError(f"attempt {r.attempt_id!r} of rollout {r.rollout_id!r} does not exist")
+                if r.source is not RewardSource.automatic and not self._may_report(conn, att):
+                    if r.uid is not None and conn.execute("SELECT 1 FROM rewards WHERE uid=?", (r.uid,)).fetchone():
+                        continue  # a re-sent reward that was stored before the attempt ended
+                    raise ConflictError(f"attempt {r.attempt_id} is {att['status']}: it can no longer report rewards")
                 self._insert_reward(conn, r)
             return len(rewards)
 
         return self.submit(op)
+
+    def _may_report(self, conn: sqlite3.Connection, att: sqlite3.Row) -> bool:
+        """An attempt may report while it runs, and, once its lease expired, while nobody else has picked its
+        rollout up again (the rule `complete` applies to late reports)."""
+        if att["status"] == AttemptStatus.running.value:
+            return True
+        if att["status"] != AttemptStatus.lost.value:
+            return False
+        ro = conn.execute("SELECT status FROM rollouts WHERE id=?", (att["rollout_id"],)).fetchone()
+        return (
+            ro is not None
+            and ro["status"] == RolloutStatus.queued.value
+            and self._latest_attempt_id(conn, att["rollout_id"]) == att["id"]
+        )
+
+    def unknown_rollouts(self, ids: Iterable[str | None]) -> set[str]:
+        """Which of these rollout ids do not exist (None is not an id: spans may belong to no rollout)."""
+        wanted = sorted({i for i in ids if i is not None})
+        found: set[str] = set()
+        conn = self._reader()
+        for start in range(0, len(wanted), 500):
+            chunk = wanted[start : start + 500]
+            marks = ",".join("?" * len(chunk))
+            found.update(r[0] for r in conn.execute(f"SELECT id FROM rollouts WHERE id IN ({marks})", chunk))
+        return set(wanted) - found
 
     def next_llm_seq(self, attempt_id: str) -> int:
         """The next sequence number of an LLM call in an attempt, in arrival order (survives restarts)."""
@@ -703,15 +742,17 @@ class Store:
         )
         return int(row[0])
 
-    def attempt_rollout(self, attempt_id: str) -> tuple[str, str] | None:
-        """(rollout id, mode) of an attempt (cached: the proxy asks on every call)."""
+    def attempt_rollout(self, attempt_id: str) -> tuple[str, str, bool] | None:
+        """(rollout id, mode, running) of an attempt. Running attempts are cached (the proxy asks on every call);
+        an attempt leaves the cache when it ends, so the cache holds only what is running now."""
         cached = self._attempt_rollout.get(attempt_id)
         if cached is not None:
-            return cached
+            return (*cached, True)
         row = (
             self._reader()
             .execute(
-                "SELECT a.rollout_id, r.mode FROM attempts a JOIN rollouts r ON r.id = a.rollout_id WHERE a.id=?",
+                "SELECT a.rollout_id, a.status, r.mode FROM attempts a JOIN rollouts r ON r.id = a.rollout_id"
+                " WHERE a.id=?",
                 (attempt_id,),
             )
             .fetchone()
@@ -719,8 +760,17 @@ class Store:
         if row is None:
             return None
         found = (str(row["rollout_id"]), str(row["mode"]))
-        self._attempt_rollout[attempt_id] = found
-        return found
+        running = row["status"] == AttemptStatus.running.value
+        if running:
+            self._attempt_rollout[attempt_id] = found
+        return (*found, running)
+
+    def _ended(self, attempt_ids: Iterable[str]) -> None:
+        """Forget what is kept per running attempt (called by the writer when attempts end)."""
+        with self._seq_lock:
+            for attempt_id in attempt_ids:
+                self._attempt_rollout.pop(attempt_id, None)
+                self._next_seq.pop(attempt_id, None)
 
     def add_llm_call(self, call: LLMCall) -> Future[None]:
         values = (
@@ -754,6 +804,14 @@ class Store:
         )
 
         def op(conn: sqlite3.Connection) -> None:
+            row = conn.execute("SELECT status FROM attempts WHERE id=?", (call.attempt_id,)).fetchone()
+            if row is not None and row["status"] != AttemptStatus.running.value and call.trainable:
+                # it was under way when its attempt ended (the agent gave up, a lease expired): kept, not trained
+                conn.execute(
+                    _INSERT_LLM_CALL,
+                    (*values[:24], 0, f"its attempt had ended ({row['status']}) before the call finished", values[26]),
+                )
+                return
             conn.execute(_INSERT_LLM_CALL, values)
 
         return self.submit(op, single_statement=True)

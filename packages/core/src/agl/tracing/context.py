@@ -68,6 +68,8 @@ class RolloutContext:
     # Agent scopes opened during the attempt: with any, a call that reaches the proxy without agl's hook header
     # lost the agent name it should have carried (see agl.tracing.http_inject).
     agent_scopes: int = 0
+    # spans or rewards the server refused for good (bad input): the attempt reports them as its failure
+    refused: list[str] = field(default_factory=list)
     _seq_lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
     @property

@@ -1,0 +1,97 @@
+"""Fuzz the whole REST/OTLP/proxy API from its own OpenAPI document with schemathesis against a real `agl serve`.
+
+Every operation gets generated valid and invalid input (coverage, fuzzing and stateful phases, fixed seed); the
+checks are that the server never answers 5xx and that its answers match the documented schemas (the error
+envelope included). `POST /api/v1/claims` is left out of the generated runs: it long-polls for up to `wait_s`
+(60 s), which would spend the time budget waiting; it is fuzzed below with a short wait.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from collections import Counter
+from pathlib import Path
+
+import pytest
+
+from agl.client import Client
+from agl.processes import ServerProcess
+
+pytestmark = pytest.mark.slow
+
+SCHEMATHESIS = str(Path(sys.executable).with_name("schemathesis"))
+
+
+def run_schemathesis(server: ServerProcess, report: Path, *args: str) -> tuple[Counter[int], Counter[str]]:
+    """Run schemathesis; (HTTP statuses seen, scenario outcomes)."""
+    cmd = [
+        SCHEMATHESIS,
+        "run",
+        f"{server.url}/openapi.json",
+        "--checks",
+        "not_a_server_error,response_schema_conformance",
+        "--workers",
+        "2",
+        "--seed",
+        "1",
+        "--no-color",
+        "--suppress-health-check",
+        "all",
+        "--request-timeout",
+        "30",
+        "--report",
+        "ndjson",
+        "--report-ndjson-path",
+        str(report),
+        *args,
+    ]
+    done = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
+    statuses: Counter[int] = Counter()
+    outcomes: Counter[str] = Counter()
+    failed_checks: list[str] = []
+    for line in report.read_text().splitlines():
+        event = json.loads(line)
+        finished = event.get("ScenarioFinished")
+        if finished is None:
+            continue
+        outcomes[finished["status"]] += 1
+        recorder = finished["recorder"]
+        for interaction in (recorder.get("interactions") or {}).values():
+            response = interaction.get("response")
+            if response is not None:
+                statuses[response["status_code"]] += 1
+        for checks in (recorder.get("checks") or {}).values():
+            failed_checks += [f"{recorder['label']}: {c['name']}" for c in checks if c["status"] == "failure"]
+    assert not failed_checks, (failed_checks[:10], done.stdout[-4000:])
+    return statuses, outcomes
+
+
+def test_the_api_never_answers_5xx_and_matches_its_schema(server: ServerProcess, tmp_path: Path) -> None:
+    statuses, outcomes = run_schemathesis(
+        server, tmp_path / "all.ndjson", "--max-examples", "220", "--exclude-path", "/api/v1/claims"
+    )
+    with Client(server.url) as client:  # queued work, so that claims answer at once instead of long-polling
+        for _ in range(4):
+            client.enqueue("q", n=10_000)
+    claims, _ = run_schemathesis(
+        server,
+        tmp_path / "claims.ndjson",
+        "--max-examples",
+        "60",
+        "--include-path",
+        "/api/v1/claims",
+        "--phases",
+        "coverage,fuzzing",
+        "--request-timeout",
+        "65",
+    )
+    statuses.update(claims)
+    total = sum(statuses.values())
+    errors = sum(n for code, n in statuses.items() if code >= 500)
+    client_errors = sum(n for code, n in statuses.items() if 400 <= code < 500)
+    print(f"schemathesis: {total} requests, {client_errors} × 4xx, {errors} × 5xx; {dict(sorted(statuses.items()))}")
+    assert errors == 0, statuses
+    assert total >= 5000, statuses
+    assert outcomes["failure"] == 0, outcomes
