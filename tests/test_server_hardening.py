@@ -301,6 +301,27 @@ def test_nonsense_reports_are_refused_at_the_edge(server: ServerProcess) -> None
     ghost = {"trace_id": "a" * 32, "span_id": "b" * 16, "name": "s", "start_time": 1.0, "end_time": 2.0}
     unknown = httpx.post(f"{server.url}{API}/spans", json={"spans": [{**ghost, "rollout_id": "ro-ghost"}]})
     assert unknown.status_code == 404 and "ro-ghost" in message(unknown)
+    ghost_otlp = {
+        "resourceSpans": [
+            {
+                "resource": {"attributes": [{"key": "agl.rollout_id", "value": {"stringValue": "ro-ghost"}}]},
+                "scopeSpans": [
+                    {
+                        "spans": [
+                            {
+                                "traceId": "d" * 32,
+                                "spanId": "e" * 16,
+                                "name": "s",
+                                "startTimeUnixNano": "1000000000",
+                                "endTimeUnixNano": "2000000000",
+                            }
+                        ]
+                    }
+                ],
+            }
+        ]
+    }
+    assert httpx.post(f"{server.url}/v1/traces", json=ghost_otlp).status_code == 404
     far = {
         "resourceSpans": [
             {

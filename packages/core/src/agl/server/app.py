@@ -404,6 +404,9 @@ class Server:
                     )
             spans = parse_otlp_traces(body, content_type)
             _only_own(request, spans, "spans")
+            unknown = await run_in_threadpool(store.unknown_rollouts, {s.rollout_id for s in spans})
+            if unknown:
+                raise NotFoundError(f"spans name rollouts that do not exist: {', '.join(sorted(unknown)[:5])}")
             if spans:
                 await self._await(store.add_spans(spans))
             payload, media = otlp_success_response(content_type)
