@@ -13,7 +13,7 @@ from agl._version import __version__
 
 _EXPORTS = {
     "rollout": "agl.decorator",
-    "LLM": "agl.decorator",
+    "LLM": "agl.llm",
     "RolloutFunction": "agl.decorator",
     "emit_reward": "agl.tracing.spans",
     "agent": "agl.tracing.spans",
@@ -40,9 +40,9 @@ __all__ = ["__version__", *_EXPORTS]
 if TYPE_CHECKING:  # the same names, for type checkers (the `as` form marks them as re-exported)
     from agl.client import AsyncClient as AsyncClient
     from agl.client import Client as Client
-    from agl.decorator import LLM as LLM
     from agl.decorator import RolloutFunction as RolloutFunction
     from agl.decorator import rollout as rollout
+    from agl.llm import LLM as LLM
     from agl.runner import Runner as Runner
     from agl.runner import RunnerOptions as RunnerOptions
     from agl.store import Store as Store

@@ -9,39 +9,11 @@ from __future__ import annotations
 import functools
 import inspect
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Union, overload
+from typing import Any, Union, overload
 
-if TYPE_CHECKING:
-    import openai
+from agl.llm import LLM
 
 RolloutResult = Union[float, int, None]
-
-
-@dataclass(frozen=True)
-class LLM:
-    """Where the agent's LLM is: an OpenAI-compatible endpoint that records every call of this rollout."""
-
-    base_url: str
-    model: str
-    api_key: str = "agl"
-
-    def openai_kwargs(self) -> dict[str, str]:
-        """`openai.OpenAI(**llm.openai_kwargs())` builds a client for this endpoint."""
-        return {"base_url": self.base_url, "api_key": self.api_key}
-
-    def openai_client(self, **options: Any) -> openai.OpenAI:
-        """An `openai.OpenAI` for this endpoint sharing the process's connection pool: much cheaper than
-        building a new client per rollout (see `agl.openai_clients`). `options` as for `with_options`."""
-        from agl.openai_clients import shared_openai
-
-        return shared_openai(self, **options)
-
-    def async_openai_client(self, **options: Any) -> openai.AsyncOpenAI:
-        """An `openai.AsyncOpenAI` for this endpoint sharing the running loop's connection pool."""
-        from agl.openai_clients import shared_async_openai
-
-        return shared_async_openai(self, **options)
 
 
 class RolloutFunction:

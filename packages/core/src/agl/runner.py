@@ -24,7 +24,8 @@ from typing import Any
 import httpx
 
 from agl.client import AglHTTPError, AsyncClient, Conflict, NotFound, server_url_from_env
-from agl.decorator import LLM, RolloutFunction, as_rollout_function
+from agl.decorator import RolloutFunction, as_rollout_function
+from agl.llm import LLM
 from agl.schema import Claim
 from agl.tracing import http_inject
 from agl.tracing.context import RolloutContext, reset_rollout, set_rollout

@@ -1,22 +1,45 @@
-"""OpenAI SDK clients for rollouts that share one connection pool per process (per event loop, for async).
+"""`LLM`: where an agent's LLM is, and OpenAI SDK clients for it that share one connection pool per process.
 
 Every rollout has its own proxy URL, so an agent naturally builds a new client per rollout; but a new
 `openai.OpenAI` costs 20-40 ms of CPU (httpx loads the TLS certificate store), more than the rest of a small
 agent's rollout. `with_options` on one shared client gives a client for the rollout's URL that reuses the
 pool, for about 30 µs. The `openai` package is imported only when these are called: agl-core does not depend
-on it.
+on it. (The handle and the pools live in one module: the handle hands out the pools' clients.)
 """
 
 from __future__ import annotations
 
-import asyncio
 import threading
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    import asyncio
+
     import openai
 
-    from agl.decorator import LLM
+
+@dataclass(frozen=True)
+class LLM:
+    """Where the agent's LLM is: an OpenAI-compatible endpoint that records every call of this rollout."""
+
+    base_url: str
+    model: str
+    api_key: str = "agl"
+
+    def openai_kwargs(self) -> dict[str, str]:
+        """`openai.OpenAI(**llm.openai_kwargs())` builds a client for this endpoint."""
+        return {"base_url": self.base_url, "api_key": self.api_key}
+
+    def openai_client(self, **options: Any) -> openai.OpenAI:
+        """An `openai.OpenAI` for this endpoint sharing the process's connection pool: much cheaper than
+        building a new client per rollout (see the module's docstring). `options` as for `with_options`."""
+        return shared_openai(self, **options)
+
+    def async_openai_client(self, **options: Any) -> openai.AsyncOpenAI:
+        """An `openai.AsyncOpenAI` for this endpoint sharing the running loop's connection pool."""
+        return shared_async_openai(self, **options)
+
 
 _lock = threading.Lock()
 _sync_root: openai.OpenAI | None = None
@@ -36,6 +59,8 @@ def shared_openai(llm: LLM, **options: Any) -> openai.OpenAI:
 
 
 def shared_async_openai(llm: LLM, **options: Any) -> openai.AsyncOpenAI:
+    import asyncio  # here, not at the top: `@agl.rollout` loads this module and must stay light
+
     import openai
 
     try:
