@@ -21,6 +21,7 @@ from starlette.concurrency import run_in_threadpool
 from starlette.responses import JSONResponse, Response, StreamingResponse
 
 from agl._version import __version__
+from agl.protocol import error_body
 from agl.schema import (
     INT64_MAX,
     Attempt,
@@ -105,7 +106,7 @@ def check_bind(settings: ServerSettings) -> None:
 
 
 def _error(status: int, message: str, type_: str) -> JSONResponse:
-    return JSONResponse({"error": {"message": message, "type": type_, "param": None, "code": None}}, status_code=status)
+    return JSONResponse(error_body(message, type_), status_code=status)
 
 
 def _describe_validation(exc: RequestValidationError) -> str:

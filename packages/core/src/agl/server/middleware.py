@@ -9,8 +9,7 @@ from __future__ import annotations
 import hmac
 from typing import Any
 
-import orjson
-
+from agl.protocol import error_bytes
 from agl.server.credentials import PREFIX, attempt_may, attempt_of
 
 Scope = dict[str, Any]
@@ -20,7 +19,7 @@ ASGIApp = Any
 async def _reject(
     send: Any, status: int, message: str, type_: str, extra_headers: list[tuple[bytes, bytes]] | None = None
 ) -> None:
-    body = orjson.dumps({"error": {"message": message, "type": type_, "param": None, "code": None}})
+    body = error_bytes(message, type_)
     headers = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]
     await send({"type": "http.response.start", "status": status, "headers": headers + (extra_headers or [])})
     await send({"type": "http.response.body", "body": body})

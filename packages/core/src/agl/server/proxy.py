@@ -24,6 +24,7 @@ import orjson
 from starlette.requests import Request
 from starlette.responses import Response, StreamingResponse
 
+from agl import protocol
 from agl.schema import Attribution, LLMCall, ModelVersion
 from agl.store import Store, new_id
 from agl.tracing import attributes as attr
@@ -31,7 +32,7 @@ from agl.tracing import attributes as attr
 log = logging.getLogger(__name__)
 
 TOKEN_ID_PARAM = "return_token_ids"
-MODE_HEADER = "x-agl-rollout-mode"
+MODE_HEADER = protocol.HEADER_ROLLOUT_MODE
 UPSTREAM_ERRORS = (aiohttp.ClientError, asyncio.TimeoutError, OSError)
 
 
@@ -76,8 +77,7 @@ def untrainable_sampling(body: dict[str, Any], temperature: float | None) -> str
 
 
 def openai_error(status: int, message: str, type_: str, code: str | None = None) -> Response:
-    body = {"error": {"message": message, "type": type_, "param": None, "code": code}}
-    return Response(orjson.dumps(body), status_code=status, media_type="application/json")
+    return Response(protocol.error_bytes(message, type_, code), status_code=status, media_type="application/json")
 
 
 class _CallRecord:

@@ -49,6 +49,8 @@ from typing import Any
 
 import orjson
 
+from agl.protocol import HEADER_ROLLOUT_MODE, error_bytes
+
 VOCAB_SIZE = 50_000
 READY_MARKER = "AGL_UPSTREAM_READY"
 _PIECE = re.compile(r"\w+|[^\w\s]|\s+")
@@ -125,7 +127,7 @@ class BadRequest(Exception):
 
 
 def _error_body(status: int, message: str, type_: str) -> bytes:
-    return orjson.dumps({"error": {"message": message, "type": type_, "param": None, "code": status}})
+    return error_bytes(message, type_, str(status))
 
 
 def _tool_name(tool: dict[str, Any]) -> str:
@@ -272,7 +274,7 @@ class ScriptedUpstream:
             body = {"object": "list", "data": [{"id": self.model, "object": "model", "created": 0, "owned_by": "agl"}]}
             await _respond(send, 200, orjson.dumps(body))
         elif path.endswith("/v1/chat/completions") and method == "POST":
-            mode = next((v.decode() for k, v in scope["headers"] if k == b"x-agl-rollout-mode"), None)
+            mode = next((v.decode() for k, v in scope["headers"] if k == HEADER_ROLLOUT_MODE.encode()), None)
             await self._chat(receive, send, mode)
         else:
             await _respond(send, 404, _error_body(404, f"no route {method} {scope['path']}", "invalid_request_error"))

@@ -4,6 +4,35 @@ Tool spans also carry the OpenTelemetry GenAI semantic-convention keys (`gen_ai.
 other instrumentations read the same way.
 """
 
+# The HTTP header names are agl's protocol (agl.protocol); they are re-exported here because the tracing code
+# reads them beside the span attribute names.
+from agl.protocol import (
+    HEADER_AGENT,
+    HEADER_HOOK,
+    HEADER_LLM_SEQ,
+    HEADER_MISSED_ATTRIBUTION,
+    HEADER_PARENT_SPAN,
+    HEADER_TRACEPARENT,
+)
+
+__all__ = [
+    "AFTER_LLM_SEQ",
+    "AGENT_NAME",
+    "ATTEMPT_ID",
+    "HEADER_AGENT",
+    "HEADER_HOOK",
+    "HEADER_LLM_SEQ",
+    "HEADER_MISSED_ATTRIBUTION",
+    "HEADER_PARENT_SPAN",
+    "HEADER_TRACEPARENT",
+    "ROLLOUT_ID",
+    "SPAN_KIND",
+    "TOOL_ARGUMENTS",
+    "TOOL_CALL_ID",
+    "TOOL_NAME",
+    "TOOL_RESULT",
+]
+
 # span attributes
 ROLLOUT_ID = "agl.rollout_id"
 ATTEMPT_ID = "agl.attempt_id"
@@ -15,15 +44,3 @@ TOOL_ARGUMENTS = "agl.tool.arguments"
 TOOL_RESULT = "agl.tool.result"
 # the sequence number of the last LLM call answered when the span ended: places tool outcomes in the run
 AFTER_LLM_SEQ = "agl.after_llm_seq"
-
-# HTTP headers the client adds to LLM requests sent to the proxy
-HEADER_AGENT = "x-agl-agent"
-HEADER_PARENT_SPAN = "x-agl-parent-span"
-HEADER_TRACEPARENT = "traceparent"
-# on every request that passed through agl's HTTP hook (see agl.tracing.http_inject): its absence tells the proxy
-# that the agent used an HTTP client agl does not patch
-HEADER_HOOK = "x-agl-hook"
-# HTTP header the proxy adds to its responses: the sequence number it gave the call
-HEADER_LLM_SEQ = "x-agl-llm-seq"
-# HTTP header on the answer to an attempt's completion: how many of its LLM calls lost their agent name
-HEADER_MISSED_ATTRIBUTION = "x-agl-missed-attribution"
