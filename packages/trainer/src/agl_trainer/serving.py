@@ -28,12 +28,14 @@ from starlette.requests import Request
 from starlette.responses import Response, StreamingResponse
 from starlette.routing import Route
 
+from agl.asgi import ThreadedServer
+from agl.protocol import HEADER_ROLLOUT_MODE, error_bytes
 from agl_trainer.adapters import AdapterError, load_adapter, loaded_adapters, unload_adapter
 from agl_trainer.chat_format import parse_answer, render_prompt
 from agl_trainer.engine import BASE_MODEL, Engine, GenerationRequest, GenerationResult
 
 DEFAULT_MAX_TOKENS = 512
-MODE_HEADER = "x-agl-rollout-mode"  # set by agl's proxy: "train" or "eval"
+MODE_HEADER = HEADER_ROLLOUT_MODE  # set by agl's proxy: "train" or "eval"
 
 
 class BadRequest(ValueError):
@@ -41,8 +43,7 @@ class BadRequest(ValueError):
 
 
 def _error(status: int, message: str, type_: str = "invalid_request_error") -> Response:
-    body = {"error": {"message": message, "type": type_, "param": None, "code": None}}
-    return Response(orjson.dumps(body), status_code=status, media_type="application/json")
+    return Response(error_bytes(message, type_), status_code=status, media_type="application/json")
 
 
 class ChatService:
@@ -214,7 +215,7 @@ class ChatService:
         try:
             future = self.engine.submit(gen)
         except ValueError as exc:
-            yield b"data: " + orjson.dumps({"error": {"message": str(exc), "type": "invalid_request_error"}}) + b"\n\n"
+            yield b"data: " + error_bytes(str(exc), "invalid_request_error") + b"\n\n"
             return
         seen: list[int] = []  # every token reported so far
         flushed = 0  # how many of them went out in a chunk
@@ -284,7 +285,7 @@ def create_app(
     )
 
 
-class EngineServer:
+class EngineServer(ThreadedServer):
     """The engine's HTTP front served from a background thread of this process (the trainer's setup: the model
     that generates is the one being trained, so nothing is copied between them); `url` ends in `/v1`."""
 
@@ -298,44 +299,6 @@ class EngineServer:
         default_temperature: float = 1.0,
         eval_temperature: float = 0.0,
     ) -> None:
-        import socket
-        import threading
-
-        import uvicorn
-
-        self._sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-        self._sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        self._sock.bind((host, port))
-        self._sock.listen(1024)
-        bound_host, bound_port = self._sock.getsockname()[:2]
-        self.url = f"http://{bound_host}:{bound_port}/v1"
-        config = uvicorn.Config(
-            create_app(engine, served_model, default_temperature, eval_temperature),
-            log_level="warning",
-            access_log=False,
-            lifespan="off",
-        )
-        self._server = uvicorn.Server(config)
-        self._thread = threading.Thread(
-            target=self._server.run, kwargs={"sockets": [self._sock]}, name="agl-engine-http", daemon=True
-        )
-
-    def start(self, timeout: float = 30.0) -> EngineServer:
-        self._thread.start()
-        deadline = time.monotonic() + timeout
-        while not self._server.started:
-            if time.monotonic() > deadline or not self._thread.is_alive():
-                raise RuntimeError("the engine's HTTP server did not start")
-            time.sleep(0.01)
-        return self
-
-    def stop(self) -> None:
-        self._server.should_exit = True
-        self._thread.join(10)
-        self._sock.close()
-
-    def __enter__(self) -> EngineServer:
-        return self.start()
-
-    def __exit__(self, *exc: object) -> None:
-        self.stop()
+        app = create_app(engine, served_model, default_temperature, eval_temperature)
+        super().__init__(app, host=host, port=port, lifespan="off", name="agl-engine-http")
+        self.url += "/v1"

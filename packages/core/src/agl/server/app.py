@@ -479,24 +479,15 @@ def serve(
     settings: ServerSettings, *, log_level: str = "warning", on_ready: Callable[[str], None] | None = None
 ) -> None:
     """Run the server in this process until interrupted; `on_ready` gets its URL once it is listening."""
-    import socket
-
-    import uvicorn
+    from agl import asgi
 
     lock = lock_run_dir(settings.run_dir)  # held until this process exits
-    app = create_app(settings)
-    family = socket.AF_INET6 if ":" in settings.host else socket.AF_INET
-    sock = socket.socket(family, socket.SOCK_STREAM)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    sock.bind((settings.host, settings.port))
-    sock.listen(2048)  # connections wait in the backlog from here on, so announcing readiness now is safe
-    host, port = sock.getsockname()[:2]
-    shown = f"[{host}]" if family == socket.AF_INET6 else host
-    config = uvicorn.Config(app, log_level=log_level, access_log=False, timeout_graceful_shutdown=5)
-    if on_ready is not None:
-        on_ready(f"http://{shown}:{port}")
     try:
-        uvicorn.Server(config).run(sockets=[sock])
+        app = create_app(settings)
+        sock = asgi.bind(settings.host, settings.port)  # connections wait in the backlog from here on
+        if on_ready is not None:
+            on_ready(asgi.url_of(sock))
+        asgi.serve(app, sock, log_level=log_level)
     finally:
         lock.close()
 

@@ -40,7 +40,6 @@ import random
 import re
 import subprocess
 import sys
-import threading
 import time
 import uuid
 import zlib
@@ -49,6 +48,8 @@ from typing import Any
 
 import orjson
 
+from agl import asgi
+from agl.asgi import ThreadedServer
 from agl.protocol import HEADER_ROLLOUT_MODE, error_bytes
 
 VOCAB_SIZE = 50_000
@@ -415,45 +416,13 @@ async def _respond(send: Send, status: int, body: bytes) -> None:
     await send({"type": "http.response.body", "body": body})
 
 
-def _uvicorn_config(app: ScriptedUpstream, host: str, port: int) -> Any:
-    import uvicorn
-
-    # loop/http "auto" pick uvloop and httptools (dependencies of agl-core): the upstream must not be the
-    # bottleneck of the proxy benchmark.
-    return uvicorn.Config(app, host=host, port=port, log_level="warning", access_log=False, lifespan="on")
-
-
-class ThreadedUpstream:
+class ThreadedUpstream(ThreadedServer):
     """A scripted upstream served from a background thread of this process; `url` ends in `/v1`."""
 
     def __init__(self, app: ScriptedUpstream, host: str = "127.0.0.1") -> None:
-        import uvicorn
-
+        super().__init__(app, host=host, lifespan="on", name="agl-scripted-upstream")
         self.app = app
-        self._server = uvicorn.Server(_uvicorn_config(app, host, 0))
-        self._thread = threading.Thread(target=self._server.run, daemon=True)
-        self.url = ""
-
-    def start(self, timeout: float = 30.0) -> ThreadedUpstream:
-        self._thread.start()
-        deadline = time.monotonic() + timeout
-        while not self._server.started:
-            if time.monotonic() > deadline or not self._thread.is_alive():
-                raise RuntimeError("the scripted upstream did not start")
-            time.sleep(0.01)
-        host, port = self._server.servers[0].sockets[0].getsockname()[:2]
-        self.url = f"http://{host}:{port}/v1"
-        return self
-
-    def stop(self) -> None:
-        self._server.should_exit = True
-        self._thread.join(10)
-
-    def __enter__(self) -> ThreadedUpstream:
-        return self.start()
-
-    def __exit__(self, *exc: object) -> None:
-        self.stop()
+        self.url += "/v1"
 
 
 def run_in_thread(**options: Any) -> ThreadedUpstream:
@@ -493,23 +462,15 @@ def main(argv: list[str] | None = None) -> None:
         "--delay-jitter", type=float, default=0.0, help="spread of the wait: delay-s × uniform(1 - jitter, 1 + jitter)"
     )
     args = parser.parse_args(argv)
-    import socket
-
-    import uvicorn
-
     app = ScriptedUpstream(
         model=args.model,
         reject_unknown_params=args.reject_unknown_params,
         delay_s=args.delay_s,
         delay_jitter=args.delay_jitter,
     )
-    sock = socket.socket(socket.AF_INET6 if ":" in args.host else socket.AF_INET, socket.SOCK_STREAM)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    sock.bind((args.host, args.port))
-    sock.listen(2048)  # connections wait in the backlog from here on, so announcing readiness now is safe
-    host, port = sock.getsockname()[:2]
-    print(f"{READY_MARKER} http://{host}:{port}/v1", flush=True)
-    uvicorn.Server(_uvicorn_config(app, args.host, args.port)).run(sockets=[sock])
+    sock = asgi.bind(args.host, args.port)  # connections wait in the backlog from here on: announcing now is safe
+    print(f"{READY_MARKER} {asgi.url_of(sock)}/v1", flush=True)
+    asgi.serve(app, sock, lifespan="on")
 
 
 if __name__ == "__main__":
