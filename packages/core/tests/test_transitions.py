@@ -148,3 +148,27 @@ def test_prefix_merging_keeps_turns_sampled_at_different_temperatures_apart() ->
     d.llm_calls[1].temperature = 0.5
     (episode,), stats = build_episodes([d], merge_prefixes=True)
     assert len(episode.transitions) == 2 and stats.merged_calls == 0
+
+
+def test_selection_patterns_match_whole_names_case_sensitively() -> None:
+    # CrewAI's template interpolates the topic into the role, so one agent has a new name per task
+    selection = AgentSelection.parse("*Senior Data Researcher,writer")
+    assert selection.patterns == ("*Senior Data Researcher",) and selection.names == {"writer"}
+    assert selection.selects("AI LLMs Senior Data Researcher")
+    assert selection.selects("Senior Data Researcher")
+    assert selection.selects("writer")
+    assert not selection.selects("Senior Data Researcher's helper")  # the whole name must match
+    assert not selection.selects("ai llms senior data researcher")  # case-sensitive, like exact names
+    assert not selection.selects("rewriter")  # exact entries stay exact
+    assert not selection.selects(None)
+    assert AgentSelection.parse("solver_[12]").selects("solver_2")
+    assert not AgentSelection.parse("solver_[12]").selects("solver_3")
+
+
+def test_selection_patterns_pick_calls_in_episodes() -> None:
+    researcher, analyst = "AI LLMs Senior Data Researcher", "AI LLMs Reporting Analyst"
+    d = detail(Run("t", [Call([1], [2], agent=researcher), Call([3], [4], agent=analyst)], final=1.0))
+    ep = build_episode(d, AgentSelection.parse("*Researcher"))
+    assert ep is not None and [t.agent_name for t in ep.transitions] == [researcher]
+    _, stats = build_episodes([d], AgentSelection.parse("*Researcher"))
+    assert stats.dropped_calls["agent not selected"] == 1

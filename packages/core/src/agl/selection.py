@@ -1,7 +1,9 @@
 """Agent selection: which agents' LLM calls become training data.
 
 One flag picks them: `AGL_TRAIN_AGENTS=writer,rewriter` in the environment, the same key (`train_agents`) in a
-run config, or a keyword argument. Unselected agents still run and are still traced; their calls only give no
+run config, or a keyword argument. An entry with `*`, `?` or `[...]` is a shell-style pattern matched against the
+whole name, case-sensitively (`"*Researcher"` selects CrewAI's `{topic} Senior Data Researcher` whatever the
+topic); any other entry is an exact name. Unselected agents still run and are still traced; their calls only give no
 transitions. With no selection every attributed and unattributed call is trained; with one, a call that no
 agent scope named cannot be said to belong to a selected agent, so it is left out (and counted).
 """
@@ -12,20 +14,29 @@ import os
 import re
 from collections.abc import Iterable
 from dataclasses import dataclass
+from fnmatch import fnmatchcase
+from functools import cached_property
 
 ENV_VAR = "AGL_TRAIN_AGENTS"
 _NAME = re.compile(r"^[^\s,][^,]*$")
+_PATTERN = re.compile(r"[*?\[]")
+
+
+def is_pattern(entry: str) -> bool:
+    """Whether a selection entry is a glob pattern rather than an exact agent name."""
+    return _PATTERN.search(entry) is not None
 
 
 @dataclass(frozen=True)
 class AgentSelection:
-    """`agents=None`: every call is trained. Otherwise only calls attributed to one of `agents`."""
+    """`agents=None`: every call is trained. Otherwise only calls attributed to an agent that one of `agents`
+    names (exactly, or as a glob pattern)."""
 
     agents: frozenset[str] | None = None
 
     @classmethod
     def parse(cls, value: str | Iterable[str] | None) -> AgentSelection:
-        """`"writer,rewriter"`, a list of names, or None / "" / "*" for all agents."""
+        """`"writer,rewriter"`, `"*Researcher,writer"`, a list of entries, or None / "" / "*" for all agents."""
         if value is None:
             return cls(None)
         names = value.split(",") if isinstance(value, str) else list(value)
@@ -34,7 +45,10 @@ class AgentSelection:
             return cls(None)
         for name in cleaned:
             if not _NAME.match(name) or name == "*":
-                raise ValueError(f"agent name {name!r} in the training selection is not valid")
+                raise ValueError(
+                    f"agent name {name!r} in the training selection is not valid"
+                    + (" ('*' alone selects all agents: give it alone)" if name == "*" else "")
+                )
         return cls(frozenset(cleaned))
 
     @classmethod
@@ -47,10 +61,21 @@ class AgentSelection:
                 return cls.parse(value)
         return cls(None)
 
+    @cached_property
+    def names(self) -> frozenset[str]:
+        """The exact names among the entries (patterns left out)."""
+        return frozenset(a for a in self.agents or () if not is_pattern(a))
+
+    @cached_property  # selects() runs once per stored call: match against a precomputed tuple
+    def patterns(self) -> tuple[str, ...]:
+        return tuple(sorted(a for a in self.agents or () if is_pattern(a)))
+
     def selects(self, agent_name: str | None) -> bool:
         if self.agents is None:
             return True
-        return agent_name is not None and agent_name in self.agents
+        if agent_name is None:
+            return False
+        return agent_name in self.agents or any(fnmatchcase(agent_name, p) for p in self.patterns)
 
     def __str__(self) -> str:
         return "all agents" if self.agents is None else ",".join(sorted(self.agents))
