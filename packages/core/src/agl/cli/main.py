@@ -2,13 +2,11 @@
 
 from __future__ import annotations
 
-import importlib
 import json
 import logging
-import os
 import sys
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 import click
 
@@ -33,7 +31,7 @@ def _client(server_url: str, token: str | None) -> Any:
     return Client(server_url, token=token)
 
 
-def _fail(message: str) -> None:
+def _fail(message: str) -> NoReturn:
     raise click.ClickException(message)
 
 
@@ -195,26 +193,14 @@ def serve(
 
 
 def load_agent(spec: str) -> Any:
-    """`package.module:function` → the function (a file path `path/to/file.py:function` works too)."""
-    if ":" not in spec:
-        _fail(f"agent {spec!r} must look like 'module:function' or 'path/file.py:function'")
-    module_name, _, attr = spec.rpartition(":")
-    if module_name.endswith(".py"):
-        path = Path(module_name).resolve()
-        if not path.exists():
-            _fail(f"agent file {path} does not exist")
-        sys.path.insert(0, str(path.parent))
-        module_name = path.stem
-    else:
-        sys.path.insert(0, os.getcwd())
+    """`package.module:function` → the function (`path/to/file.py:function` too, inside a package or not)."""
+    from agl.agent_loader import AgentLoadError
+    from agl.agent_loader import load_agent as load
+
     try:
-        module = importlib.import_module(module_name)
-    except ImportError as exc:
-        _fail(f"cannot import {module_name!r}: {exc}")
-    fn = getattr(module, attr, None)
-    if fn is None:
-        _fail(f"module {module_name!r} has no attribute {attr!r}")
-    return fn
+        return load(spec)
+    except AgentLoadError as exc:
+        _fail(str(exc))
 
 
 def _run_worker(
