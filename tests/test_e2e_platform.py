@@ -80,6 +80,22 @@ def test_rollouts_through_proxy_store_exact_calls_agents_and_rewards(
     assert {row["agent_name"] for row in rows} == {"planner", "answerer"}
     assert all(row["prompt_ids"] and row["response_ids"] for row in rows)
 
+    # what a selection keeps, by the code agl train uses: the planner's calls only, and the summary says so
+    kept = server.run_dir / "planner.jsonl"
+    shown = run_cli("export", f"--server={server.url}", f"--output={kept}", "--agents=plan*").stderr
+    transitions = [json.loads(line) for line in kept.read_text().splitlines()]
+    assert len(transitions) == len(ids) and {t["agent_name"] for t in transitions} == {"planner"}
+    by_call = {row["id"]: row for row in rows}
+    for t in transitions:
+        (call_id,) = t["call_ids"]
+        assert t["prompt_ids"] == by_call[call_id]["prompt_ids"] and t["reward"] == pytest.approx(0.1 + 1.0)
+    cells = {row[0]: row[1:] for line in shown.splitlines() if (row := [c for c in line.split() if c != "│"])}
+    assert cells["planner"] == ["yes", str(len(ids)), "0"]
+    assert cells["answerer"] == ["no", "0", str(len(ids))]
+    assert "agent not selected" in shown
+    nothing = run_cli("export", f"--server={server.url}", "--agents=writer").stderr
+    assert "the selection kept no call" in nothing and "answerer, planner" in nothing
+
 
 def test_worker_killed_mid_rollout_is_retried_and_recorded_once(
     server: ServerProcess, client: Client, workers: Any, tmp_path: Path

@@ -172,3 +172,4 @@ def test_selection_patterns_pick_calls_in_episodes() -> None:
     assert ep is not None and [t.agent_name for t in ep.transitions] == [researcher]
     _, stats = build_episodes([d], AgentSelection.parse("*Researcher"))
     assert stats.dropped_calls["agent not selected"] == 1
+    assert stats.kept_by_agent == {researcher: 1} and stats.dropped_by_agent == {analyst: 1}

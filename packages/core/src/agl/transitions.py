@@ -79,6 +79,10 @@ class BuildStats:
     # calls whose agent name was lost on the way (an HTTP client agl does not patch), trained or not: counted
     # apart because it means the selection cannot work as the user asked
     missed_attribution: int = 0
+    # agent name (None: unattributed) → calls kept / left out, of the rollouts that gave an episode or could have:
+    # what a selection keeps and drops, shown by `agl export --agents`
+    kept_by_agent: Counter[str | None] = field(default_factory=Counter)
+    dropped_by_agent: Counter[str | None] = field(default_factory=Counter)
 
     def merge(self, other: BuildStats) -> None:
         self.rollouts += other.rollouts
@@ -90,6 +94,8 @@ class BuildStats:
         self.dropped_rewards.update(other.dropped_rewards)
         self.missed_attribution += other.missed_attribution
         self.missing_logprobs.update(other.missing_logprobs)
+        self.kept_by_agent.update(other.kept_by_agent)
+        self.dropped_by_agent.update(other.dropped_by_agent)
 
     def summary(self) -> str:
         parts = [f"{self.episodes}/{self.rollouts} rollouts → {self.transitions} transitions"]
@@ -214,7 +220,9 @@ def build_episode(
             reason = "longer than max_tokens"
         if reason is not None:
             stats.dropped_calls[reason] += 1
+            stats.dropped_by_agent[call.agent_name] += 1
             continue
+        stats.kept_by_agent[call.agent_name] += 1
         transitions.append(_to_transition(call, rollout, stats))
     if not transitions:
         stats.dropped_rollouts["no trainable call of a selected agent"] += 1

@@ -11,6 +11,7 @@ from typing import Any, NoReturn
 import click
 
 from agl._version import __version__
+from agl.selection import AgentSelection
 
 SERVER_OPTION = click.option(
     "--server",
@@ -380,12 +381,35 @@ def show(rollout_id: str, server_url: str, token: str | None, full: bool, as_jso
 )
 @click.option("--step", type=int, default=None, help="Only rollouts of this training step.")
 @click.option("--all-calls", is_flag=True, help="Also export calls that are not trainable (no token ids, errors).")
-def export(server_url: str, token: str | None, output: Path | None, step: int | None, all_calls: bool) -> None:
-    """Export the LLM calls of finished rollouts (final attempts only) as JSONL, ready to become transitions."""
+@click.option(
+    "--agents",
+    default=None,
+    help="Export the transitions this agent selection keeps (names or glob patterns, comma-separated, as "
+    "AGL_TRAIN_AGENTS), built as agl train builds them, and show per agent what it keeps and drops.",
+)
+def export(
+    server_url: str, token: str | None, output: Path | None, step: int | None, all_calls: bool, agents: str | None
+) -> None:
+    """Export the LLM calls of finished rollouts (final attempts only) as JSONL, ready to become transitions;
+    with --agents, the transitions a selection keeps."""
+    if agents is not None and all_calls:
+        _fail("--all-calls exports stored calls; --agents exports the transitions a selection keeps: give one")
+    try:
+        selection = None if agents is None else AgentSelection.parse(agents)
+    except ValueError as exc:
+        _fail(str(exc))
     with _client(server_url, token) as client:
         out = output.open("wb") if output else sys.stdout.buffer
         count = 0
         try:
+            if selection is not None:
+                from rich.console import Console
+
+                from agl.cli.export import export_transitions, print_summary
+
+                stats = export_transitions(client, selection, out, step=step)
+                print_summary(selection, stats, Console(stderr=True))
+                return
             for line in client.export_llm_calls(step=step, trainable_only=not all_calls):
                 out.write(line.encode() + b"\n")
                 count += 1

@@ -1,0 +1,91 @@
+"""`agl export --agents SELECTION`: the transitions a selection keeps, built by the same code as `agl train`, and
+a summary of what it keeps and drops (per agent, per reason) — to check a selection before training with it."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import IO
+
+import orjson
+from rich.console import Console
+from rich.table import Table
+
+from agl.client import Client
+from agl.schema import RolloutStatus
+from agl.selection import AgentSelection
+from agl.transitions import BuildStats, Episode, build_episodes
+
+PAGE = 500  # rollouts per request: details of 500 rollouts are a few MB at most
+
+
+def _episodes(client: Client, selection: AgentSelection, step: int | None, stats: BuildStats) -> Iterator[Episode]:
+    """Episodes of the finished rollouts (succeeded or failed; running ones may still add calls), page by page."""
+    for status in (RolloutStatus.succeeded, RolloutStatus.failed):
+        offset = 0
+        while True:
+            rollouts, total = client.list_rollouts(status=status.value, step=step, limit=PAGE, offset=offset)
+            if not rollouts:
+                break
+            episodes, page_stats = build_episodes(client.rollout_details([r.id for r in rollouts]), selection)
+            stats.merge(page_stats)
+            yield from episodes
+            offset += len(rollouts)
+            if offset >= total:
+                break
+
+
+def export_transitions(
+    client: Client, selection: AgentSelection, out: IO[bytes], *, step: int | None = None
+) -> BuildStats:
+    """Write one JSON line per transition the selection keeps; returns the counts of what it kept and dropped."""
+    stats = BuildStats()
+    for episode in _episodes(client, selection, step, stats):
+        for t in episode.transitions:
+            row = {
+                "rollout_id": t.rollout_id,
+                "task_id": t.task_id,
+                "attempt_id": t.attempt_id,
+                "seq": t.seq,
+                "agent_name": t.agent_name,
+                "model_version": t.model_version,
+                "reward": t.reward,
+                "temperature": t.temperature,
+                "prompt_ids": t.prompt_ids,
+                "response_ids": t.response_ids,
+                "logprobs": t.logprobs,
+                "call_ids": t.call_ids,
+            }
+            out.write(orjson.dumps(row) + b"\n")
+    return stats
+
+
+def selection_summary(selection: AgentSelection, stats: BuildStats) -> Table:
+    """Per agent: calls kept and dropped; then why calls and rollouts were left out."""
+    table = Table(title=f"selection: {selection}", show_edge=False)
+    table.add_column("agent")
+    table.add_column("selected")
+    table.add_column("calls kept", justify="right")
+    table.add_column("calls dropped", justify="right")
+    agents = set(stats.kept_by_agent) | set(stats.dropped_by_agent)
+    for agent in sorted(agents, key=lambda a: (a is None, a or "")):
+        table.add_row(
+            agent if agent is not None else "(unattributed)",
+            "yes" if agent is not None and selection.selects(agent) else "no",
+            str(stats.kept_by_agent[agent]),
+            str(stats.dropped_by_agent[agent]),
+        )
+    for title, counter in (("calls left out", stats.dropped_calls), ("rollouts left out", stats.dropped_rollouts)):
+        for reason, count in counter.most_common():
+            table.add_row(f"[dim]{title}: {reason}[/dim]", "", "", str(count))
+    return table
+
+
+def print_summary(selection: AgentSelection, stats: BuildStats, console: Console) -> None:
+    console.print(selection_summary(selection, stats))
+    if selection.agents is not None and not stats.kept_by_agent:
+        names = ", ".join(sorted(str(a) for a in stats.dropped_by_agent if a is not None)) or "none"
+        console.print(
+            f"[yellow]the selection kept no call; agent names stored in these rollouts: {names}[/yellow]",
+            soft_wrap=True,
+        )
+    console.print(f"{stats.transitions} transitions from {stats.episodes} of {stats.rollouts} rollouts")
