@@ -17,14 +17,12 @@ exactly.
 from __future__ import annotations
 
 import importlib
-import importlib.util
 import re
-import sys
-import threading
 from collections.abc import Callable
 from typing import Any
 from urllib.parse import quote
 
+from agl.instrumentation import Instrumentor, importable
 from agl.tracing import attributes as attr
 from agl.tracing.context import RolloutContext, current_agent, current_rollout, current_span_id
 
@@ -33,10 +31,6 @@ from agl.tracing.context import RolloutContext, current_agent, current_rollout, 
 HTTP_STACKS = ("httpx", "httpx2")
 # the path of an attempt's proxy URL (see agl.tracing.context.llm_base_url)
 _PROXY_PATH = re.compile(r"/rollout/[^/]+/attempt/[^/]+/v1/")
-
-_lock = threading.Lock()
-# (module name, class name) → the `send` that was there before install()
-_originals: dict[tuple[str, str], Callable[..., Any]] = {}
 
 
 def attribution_headers(ctx: RolloutContext | None = None) -> dict[str, str]:
@@ -100,42 +94,39 @@ def _wrap_async(original: Callable[..., Any]) -> Callable[..., Any]:
     return send
 
 
-def _available(module: str) -> bool:
-    if module in sys.modules:
-        return True
-    try:
-        return importlib.util.find_spec(module) is not None
-    except (ImportError, ValueError):
-        return False
+class HttpInstrumentor(Instrumentor):
+    """Patches `Client.send` / `AsyncClient.send` of every stack in `HTTP_STACKS` that is installed (any of them
+    will do: httpx is agl-core's own dependency, httpx2 comes with openai >= 3)."""
+
+    stacks: tuple[str, ...] = ()  # those patched by the last `instrument()`
+
+    def _instrument(self) -> None:
+        for name in HTTP_STACKS:
+            if not importable(name):
+                continue
+            module = importlib.import_module(name)
+            self.wrap(module.Client, "send", _wrap_sync)
+            self.wrap(module.AsyncClient, "send", _wrap_async)
+            self.stacks = (*self.stacks, name)
+
+    def _uninstrument(self) -> None:
+        self.stacks = ()
 
 
 def install() -> None:
     """Patch every installed HTTP stack so requests to the proxy carry the agent's name. Idempotent."""
-    with _lock:
-        if _originals:
-            return
-        for name in HTTP_STACKS:
-            if not _available(name):
-                continue
-            module = importlib.import_module(name)
-            for cls_name, wrap in (("Client", _wrap_sync), ("AsyncClient", _wrap_async)):
-                cls = getattr(module, cls_name)
-                _originals[(name, cls_name)] = cls.send
-                cls.send = wrap(cls.send)
+    HttpInstrumentor().instrument()
 
 
 def uninstall() -> None:
     """Undo `install()` on every stack it patched. Idempotent."""
-    with _lock:
-        for (name, cls_name), original in _originals.items():
-            getattr(sys.modules[name], cls_name).send = original
-        _originals.clear()
+    HttpInstrumentor().uninstrument()
 
 
 def installed() -> bool:
-    return bool(_originals)
+    return HttpInstrumentor().is_instrumented()
 
 
 def patched_stacks() -> list[str]:
     """The HTTP client libraries whose requests are attributed (those installed when `install()` ran)."""
-    return sorted({name for name, _ in _originals})
+    return sorted(HttpInstrumentor().stacks)
