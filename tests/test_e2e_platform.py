@@ -156,6 +156,11 @@ def test_failing_agent_is_retried_then_failed_with_its_error(
     (done,) = wait_all(client, [rollout.id])
     assert done.status.value == "failed"
     assert "RuntimeError: boom on q7" in (done.error or "") and "attempt 2 of 2" in (done.error or "")
+    # each attempt keeps where the agent failed, and agl show prints it under the attempt
+    attempts = client.rollout_detail(rollout.id).attempts
+    assert all("e2e_agents.py" in (a.error or "") and "in failing_agent" in (a.error or "") for a in attempts)
+    shown = run_cli("show", rollout.id, f"--server={server.url}").stdout
+    assert "Traceback (most recent call last)" in shown and 'raise RuntimeError(f"boom on' in shown
 
 
 def test_bulk_details_and_the_rollout_mode_reaches_the_backend(server: ServerProcess, client: Client) -> None:

@@ -16,13 +16,13 @@ import random
 import socket
 import sys
 import time
-import traceback
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
 import httpx
 
+from agl import failure
 from agl.client import AglHTTPError, AsyncClient, Conflict, NotFound, server_url_from_env
 from agl.decorator import RolloutFunction, as_rollout_function
 from agl.llm import LLM
@@ -172,8 +172,8 @@ class Runner:
             status = "superseded"
         except Exception as exc:  # the agent's own failure: reported, retried by the server up to a limit
             status = "failed"
-            error = "".join(traceback.format_exception_only(type(exc), exc)).strip()
-            log.info("rollout %s attempt %s failed: %s", ctx.rollout_id, ctx.attempt_id, error)
+            error = failure.describe(exc)  # the message, then the traceback `agl show` prints
+            log.info("rollout %s attempt %s failed: %s", ctx.rollout_id, ctx.attempt_id, failure.split(error)[0])
         finally:
             reset_rollout(token)
             self._active.pop(ctx.attempt_id, None)

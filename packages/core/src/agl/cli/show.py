@@ -20,6 +20,7 @@ from rich.markup import escape
 from rich.text import Text
 from rich.tree import Tree
 
+from agl import failure
 from agl.schema import Attempt, LLMCall, Reward, RolloutDetail, Span, SpanStatus
 from agl.tracing import attributes as attr
 
@@ -270,7 +271,7 @@ def render_rollout(detail: RolloutDetail, *, attempt: str | None = None, full: b
         f"{_duration(r.started_at, r.ended_at)}",
     ]
     if r.error:
-        header.append(f"[red]error: {_preview(r.error, _FULL_PREVIEW)}[/]")
+        header.append(f"[red]error: {_preview(failure.split(r.error)[0], _FULL_PREVIEW)}[/]")
     tree = Tree("\n".join(header), guide_style="dim")
 
     shown = _pick_attempt(detail, attempt)
@@ -287,13 +288,17 @@ def render_rollout(detail: RolloutDetail, *, attempt: str | None = None, full: b
     stats = _Stats()
     for a in sorted(detail.attempts, key=lambda a: a.number):
         final = "  [bold green]★ final[/]" if a.id == r.final_attempt_id else ""
-        error = f"  [red]{_preview(a.error)}[/]" if a.error else ""
+        message, trace = failure.split(a.error) if a.error else ("", None)
+        error = f"  [red]{_preview(message)}[/]" if message else ""
         label = (
             f"[bold]attempt #{a.number}[/] {escape(a.id)}  worker {escape(a.worker_id)}  "
             f"{_status(a.status.value)}  {_duration(a.started_at, a.ended_at)}{final}{error}"
         )
         if full or a.id == shown:
-            _fill_attempt(tree.add(label), spans[a.id], calls[a.id], rewards[a.id], full, stats)
+            branch = tree.add(label)
+            if trace:  # where the agent failed, as Python printed it
+                branch.add(Text(trace, style="red"))
+            _fill_attempt(branch, spans[a.id], calls[a.id], rewards[a.id], full, stats)
         else:
             # Retried attempts are rarely the interesting part; one line with their size is enough.
             tree.add(f"{label}  [dim]({len(calls[a.id])} LLM calls, {len(spans[a.id])} spans — collapsed)[/]")
