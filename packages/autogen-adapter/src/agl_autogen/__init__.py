@@ -11,7 +11,7 @@ carry the manager's name. Outside a rollout the hooks do nothing. Importing this
 
 from __future__ import annotations
 
-from agl_autogen.instrumentation import instrument, is_instrumented, uninstrument
+from agl_autogen.instrumentation import AutoGenInstrumentor, instrument, is_instrumented, uninstrument
 
-__all__ = ["instrument", "is_instrumented", "uninstrument"]
+__all__ = ["AutoGenInstrumentor", "instrument", "is_instrumented", "uninstrument"]
 __version__ = "0.1.0"

@@ -17,55 +17,49 @@ can.
 from __future__ import annotations
 
 import functools
-import threading
 from collections.abc import Callable
-from dataclasses import dataclass
-from typing import Any
+from typing import Any, ClassVar
 
 from autogen_agentchat.agents import BaseChatAgent
 from autogen_agentchat.teams._group_chat._base_group_chat_manager import BaseGroupChatManager
 from autogen_core import MessageContext
 
 import agl
+from agl.instrumentation import Instrumentor
 from agl_autogen.turns import ORIGINAL, wrap_on_messages, wrap_on_messages_stream
 
 _AGENT_METHODS: dict[str, Callable[[Any], Any]] = {
     "on_messages": wrap_on_messages,
     "on_messages_stream": wrap_on_messages_stream,
 }
-_MISSING = object()
 
 
-@dataclass(frozen=True)
-class _Patch:
-    cls: type
-    name: str
-    before: Any  # the class's own attribute before patching, or _MISSING when it inherited it
+class AutoGenInstrumentor(Instrumentor):
+    """agl's hooks in AgentChat (see the module's docstring); `agl_autogen.instrument()` runs this one."""
 
-    def undo(self) -> None:
-        if self.before is _MISSING:
-            delattr(self.cls, self.name)
-        else:
-            setattr(self.cls, self.name, self.before)
+    dependencies: ClassVar[dict[str, str]] = {"autogen_agentchat": "'autogen-agentchat>=0.7,<0.8'"}
 
+    def _instrument(self) -> None:
+        for cls in _all_subclasses(BaseChatAgent):
+            self.patch_agent_class(cls)
+        self._patch_future_agent_classes()
+        self.wrap(BaseGroupChatManager, "on_message_impl", _as_the_manager)
 
-_lock = threading.RLock()
-_patches: list[_Patch] = []
-
-
-def _set(cls: type, name: str, value: Any) -> None:
-    _patches.append(_Patch(cls, name, cls.__dict__.get(name, _MISSING)))
-    setattr(cls, name, value)
-
-
-def _patch_agent_class(cls: type) -> None:
-    """Wrap the turn methods `cls` itself defines (inherited ones are wrapped where they are defined)."""
-    with _lock:
+    def patch_agent_class(self, cls: type) -> None:
+        """Wrap the turn methods `cls` itself defines (inherited ones are wrapped where they are defined)."""
         for name, wrap in _AGENT_METHODS.items():
             method = cls.__dict__.get(name)
             if method is None or getattr(method, "__isabstractmethod__", False) or hasattr(method, ORIGINAL):
                 continue
-            _set(cls, name, wrap(method))
+            self.replace(cls, name, wrap(method))
+
+    def _patch_future_agent_classes(self) -> None:
+        def init_subclass(cls: type[BaseChatAgent], /, **kwargs: Any) -> None:
+            super(BaseChatAgent, cls).__init_subclass__(**kwargs)
+            self.patch_agent_class(cls)
+
+        # BaseChatAgent inherits `__init_subclass__`: the undo deletes it rather than copying object's in
+        self.replace(BaseChatAgent, "__init_subclass__", classmethod(init_subclass))
 
 
 def _all_subclasses(cls: type) -> list[type]:
@@ -80,17 +74,7 @@ def _all_subclasses(cls: type) -> list[type]:
     return found
 
 
-def _patch_future_agent_classes() -> None:
-    def init_subclass(cls: type[BaseChatAgent], /, **kwargs: Any) -> None:
-        super(BaseChatAgent, cls).__init_subclass__(**kwargs)
-        _patch_agent_class(cls)
-
-    _set(BaseChatAgent, "__init_subclass__", classmethod(init_subclass))
-
-
-def _patch_group_chat_managers() -> None:
-    original = BaseGroupChatManager.on_message_impl
-
+def _as_the_manager(original: Callable[..., Any]) -> Callable[..., Any]:
     @functools.wraps(original)
     async def on_message_impl(self: BaseGroupChatManager, message: Any, ctx: MessageContext) -> Any:
         if agl.current_rollout() is None:
@@ -103,28 +87,20 @@ def _patch_group_chat_managers() -> None:
         finally:
             agl.exit_agent(token)
 
-    _set(BaseGroupChatManager, "on_message_impl", on_message_impl)
+    return on_message_impl
 
 
 def instrument() -> None:
     """Hook AgentChat so each agent's turn runs as an agl agent scope named by the agent's `name`, each tool
     call is recorded as a tool span (ok / error), and group chat managers' own LLM calls carry the manager's
     name. Idempotent; a no-op at run time outside an agl rollout."""
-    with _lock:
-        if _patches:
-            return
-        for cls in _all_subclasses(BaseChatAgent):
-            _patch_agent_class(cls)
-        _patch_future_agent_classes()
-        _patch_group_chat_managers()
+    AutoGenInstrumentor().instrument()
 
 
 def uninstrument() -> None:
     """Remove every hook `instrument()` put in (also from agent classes defined since). Idempotent."""
-    with _lock:
-        while _patches:
-            _patches.pop().undo()
+    AutoGenInstrumentor().uninstrument()
 
 
 def is_instrumented() -> bool:
-    return bool(_patches)
+    return AutoGenInstrumentor().is_instrumented()
