@@ -425,6 +425,9 @@ class Server:
         async def models() -> Response:
             return self.proxy.models_response()
 
+        from agl.server import dashboard
+
+        dashboard.add_routes(app, self)
         _document_errors(app)
         return app
 
