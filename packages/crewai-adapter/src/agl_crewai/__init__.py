@@ -10,7 +10,15 @@ error). Importing this package changes nothing; `instrument()` does, and `uninst
 from __future__ import annotations
 
 from agl_crewai.agent_scopes import agent_name
-from agl_crewai.listener import AglListener, instrument, is_instrumented, uninstrument
+from agl_crewai.listener import AglListener, CrewAIInstrumentor, instrument, is_instrumented, uninstrument
 
 __version__ = "0.1.0"
-__all__ = ["AglListener", "__version__", "agent_name", "instrument", "is_instrumented", "uninstrument"]
+__all__ = [
+    "AglListener",
+    "CrewAIInstrumentor",
+    "__version__",
+    "agent_name",
+    "instrument",
+    "is_instrumented",
+    "uninstrument",
+]

@@ -23,6 +23,7 @@ from crewai import Agent
 from crewai.events.event_bus import crewai_event_bus
 
 import agl
+from agl.instrumentation import Instrumentor
 
 # Sync and async entry points of an agent's work. `akickoff` calls `kickoff_async`, and `kickoff` hands over
 # to `kickoff_async` when called inside an event loop, so wrapping these four covers every path once.
@@ -34,9 +35,8 @@ EVENT_FLUSH_TIMEOUT_S = 10.0
 _BUS_THREAD_PREFIX = "CrewAISyncHandler"  # the name CrewAI gives its handler threads
 
 log = logging.getLogger(__name__)
-_lock = threading.Lock()
 _warned_roles: set[str] = set()
-_originals: dict[str, Callable[..., Any]] = {}
+_SCOPED = "__agl_crewai_scope__"  # marks agl's wrappers
 
 
 def agent_name(agent: Any) -> str | None:
@@ -88,6 +88,7 @@ def _scoped_sync(original: Callable[..., Any]) -> Callable[..., Any]:
             finally:
                 _wait_for_tool_events()
 
+    setattr(run_as_agent, _SCOPED, True)
     return run_as_agent
 
 
@@ -104,29 +105,18 @@ def _scoped_async(original: Callable[..., Coroutine[Any, Any, Any]]) -> Callable
                 if agl.current_rollout() is not None:  # wait off the event loop: other agents keep running
                     await asyncio.to_thread(_wait_for_tool_events)
 
+    setattr(run_as_agent, _SCOPED, True)
     return run_as_agent
 
 
-def install() -> None:
-    """Wrap `crewai.Agent`'s entry points in agent scopes. Idempotent."""
-    with _lock:
-        if _originals:
-            return
-        for name in SYNC_METHODS:
-            _originals[name] = getattr(Agent, name)
-            setattr(Agent, name, _scoped_sync(_originals[name]))
-        for name in ASYNC_METHODS:
-            _originals[name] = getattr(Agent, name)
-            setattr(Agent, name, _scoped_async(_originals[name]))
-
-
-def uninstall() -> None:
-    """Put `crewai.Agent`'s own methods back. Idempotent."""
-    with _lock:
-        for name, original in _originals.items():
-            setattr(Agent, name, original)
-        _originals.clear()
+def wrap_agent_methods(instrumentor: Instrumentor) -> None:
+    """Wrap `crewai.Agent`'s entry points in agent scopes, through `instrumentor` (which undoes it)."""
+    for name in SYNC_METHODS:
+        instrumentor.wrap(Agent, name, _scoped_sync)
+    for name in ASYNC_METHODS:
+        instrumentor.wrap(Agent, name, _scoped_async)
 
 
 def installed() -> bool:
-    return bool(_originals)
+    """Whether `crewai.Agent`'s entry points are agl's scoped wrappers now."""
+    return any(getattr(getattr(Agent, name), _SCOPED, False) for name in (*SYNC_METHODS, *ASYNC_METHODS))

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Callable
 from typing import Any, ClassVar
 
@@ -16,38 +15,33 @@ from crewai.events.types.tool_usage_events import (
     ToolValidateInputErrorEvent,
 )
 
+from agl.instrumentation import Instrumentor
 from agl_crewai import agent_scopes, tool_spans
-
-_lock = threading.RLock()
 
 
 class AglListener(BaseEventListener):
     """Records every CrewAI tool execution as an agl tool span (ok / error) and makes each agent's role the agl
     agent of the LLM calls it makes, so `AGL_TRAIN_AGENTS=<role>,...` picks whose calls are trained.
 
-    Create it once, as any CrewAI listener (`AglListener()`), or call `agl_crewai.instrument()`. There is only
-    ever one: creating it again returns the one already listening. `remove()` undoes everything. Outside an agl
-    rollout it records nothing, so the crew runs as before.
+    Create it once, as any CrewAI listener (`AglListener()`), or call `agl_crewai.instrument()`: both run
+    `CrewAIInstrumentor`. There is only ever one: creating it again returns the one already listening.
+    `remove()` undoes everything. Outside an agl rollout it records nothing, so the crew runs as before.
     """
 
-    _active: ClassVar[AglListener | None] = None
     _handlers: list[tuple[type[Any], Callable[..., None]]]
 
     def __new__(cls) -> AglListener:
-        with _lock:
-            if AglListener._active is None:
-                listener = super().__new__(cls)
-                listener._handlers = []
-                AglListener._active = listener
-            return AglListener._active
+        return instrument()
 
     def __init__(self) -> None:
-        with _lock:
-            if self._handlers:  # already listening: installing twice is installing once
-                return
-            super().__init__()  # registers the handlers (`setup_listeners`)
-            # The bus cannot name the agent where its LLM requests are sent (see agent_scopes): wrap its methods.
-            agent_scopes.install()
+        """Registered by `CrewAIInstrumentor` (see `_listen`); called again by each `AglListener()`: nothing to do."""
+
+    @classmethod
+    def _listen(cls) -> AglListener:
+        listener: AglListener = object.__new__(cls)
+        listener._handlers = []
+        BaseEventListener.__init__(listener)  # registers the handlers (`setup_listeners`)
+        return listener
 
     def setup_listeners(self, crewai_event_bus: CrewAIEventsBus) -> None:
         starts = tool_spans.ToolStarts()
@@ -75,33 +69,53 @@ class AglListener(BaseEventListener):
             crewai_event_bus.on(event_type)(handler)
         self._handlers = handlers
 
+    def _stop(self) -> None:
+        for event_type, handler in self._handlers:
+            crewai_event_bus.off(event_type, handler)
+        self._handlers = []
+
     @property
     def listening(self) -> bool:
-        return AglListener._active is self and bool(self._handlers)
+        return CrewAIInstrumentor().listener is self and bool(self._handlers)
 
     def remove(self) -> None:
         """Unregister the handlers and restore CrewAI's agent methods. Idempotent."""
-        with _lock:
-            for event_type, handler in self._handlers:
-                crewai_event_bus.off(event_type, handler)
-            self._handlers = []
-            if AglListener._active is self:
-                AglListener._active = None
-                agent_scopes.uninstall()
+        if CrewAIInstrumentor().listener is self:
+            uninstrument()
+
+
+class CrewAIInstrumentor(Instrumentor):
+    """The event-bus listener, and `crewai.Agent`'s entry points wrapped in agent scopes: the bus cannot name
+    the agent where its LLM requests are sent (see `agent_scopes`)."""
+
+    dependencies: ClassVar[dict[str, str]] = {"crewai": "'crewai>=1.15.30,<2'"}
+    listener: AglListener | None = None
+
+    def _instrument(self) -> None:
+        self.listener = AglListener._listen()
+        agent_scopes.wrap_agent_methods(self)
+
+    def _uninstrument(self) -> None:
+        if self.listener is not None:
+            self.listener._stop()
+            self.listener = None
 
 
 def instrument() -> AglListener:
     """Attribute each CrewAI agent's LLM calls to its role and record its tools as agl spans. Idempotent; returns
     the active listener."""
-    return AglListener()
+    instrumentor = CrewAIInstrumentor()
+    instrumentor.instrument()
+    listener = instrumentor.listener
+    if listener is None:  # only if another thread uninstrumented in between
+        raise RuntimeError("agl_crewai was uninstrumented while instrument() ran")
+    return listener
 
 
 def uninstrument() -> None:
     """Undo `instrument()` (or a directly created `AglListener`). Idempotent."""
-    with _lock:
-        if AglListener._active is not None:
-            AglListener._active.remove()
+    CrewAIInstrumentor().uninstrument()
 
 
 def is_instrumented() -> bool:
-    return AglListener._active is not None
+    return CrewAIInstrumentor().is_instrumented()
