@@ -9,9 +9,23 @@ Importing this package changes nothing; `uninstrument()` undoes `instrument()`.
 
 from __future__ import annotations
 
-from agl_openai_agents.instrumentation import OutsideRollouts, instrument, is_instrumented, uninstrument
+from agl_openai_agents.instrumentation import (
+    OpenAIAgentsInstrumentor,
+    OutsideRollouts,
+    instrument,
+    is_instrumented,
+    uninstrument,
+)
 from agl_openai_agents.processor import AglTracingProcessor
 
 __version__ = "0.1.0"
 
-__all__ = ["AglTracingProcessor", "OutsideRollouts", "__version__", "instrument", "is_instrumented", "uninstrument"]
+__all__ = [
+    "AglTracingProcessor",
+    "OpenAIAgentsInstrumentor",
+    "OutsideRollouts",
+    "__version__",
+    "instrument",
+    "is_instrumented",
+    "uninstrument",
+]

@@ -22,26 +22,22 @@ import logging
 import os
 import threading
 from collections.abc import Awaitable, Callable
-from typing import Any
+from typing import Any, ClassVar
 
 from agents.tracing import Span, Trace, TracingProcessor, get_trace_provider, set_trace_processors
 from agents.tracing.processors import default_processor
 
+from agl.instrumentation import Instrumentor
 from agl.tracing.context import current_rollout
 from agl_openai_agents.processor import AglTracingProcessor, note_tool_failure
 
 log = logging.getLogger(__name__)
-
-_lock = threading.Lock()
-_installed: AglTracingProcessor | None = None
 
 _FailureHandler = Callable[..., Awaitable[str | None]]
 _FAILURE_HANDLER = "maybe_invoke_function_tool_failure_error_function"
 # `agents.tool` calls it for a tool that raised; `tool_execution` imported a binding of its own, which it calls
 # for a tool task that was cancelled.
 _FAILURE_HANDLER_MODULES = ("agents.tool", "agents.run_internal.tool_execution")
-# Module name -> (the SDK's own function, agl's wrapper of it), for each module whose binding `instrument()` replaced.
-_replaced: dict[str, tuple[_FailureHandler, _FailureHandler]] = {}
 
 
 class OutsideRollouts(TracingProcessor):
@@ -87,18 +83,15 @@ class OutsideRollouts(TracingProcessor):
         self.inner.force_flush()
 
 
-def instrument() -> None:
-    """Attribute each SDK agent's LLM calls to its `Agent.name` and record tool and handoff spans for agl.
+class OpenAIAgentsInstrumentor(Instrumentor):
+    """agl's processor in the SDK's trace pipeline and the tool failure handler wrapped (see the module's
+    docstring); `agl_openai_agents.instrument()` runs this one."""
 
-    Idempotent (a second call changes nothing) and cheap, so it may be called at start-up or at the top of a
-    rollout function. Processors you register later are kept; `set_trace_processors` after this call would
-    drop agl's: call `instrument()` again afterwards. `uninstrument()` undoes it.
-    """
-    global _installed
-    with _lock:
+    dependencies: ClassVar[dict[str, str]] = {"agents": "'openai-agents>=0.20,<1'"}
+    processor: AglTracingProcessor | None = None
+
+    def _instrument(self) -> None:
         processors = _current_processors()
-        if _installed is not None and _installed in processors:
-            return
         if os.environ.get("OPENAI_AGENTS_DISABLE_TRACING", "").lower() in ("1", "true"):
             log.warning(
                 "OPENAI_AGENTS_DISABLE_TRACING is set: agl sees agent steps through the SDK's tracing, so LLM "
@@ -106,29 +99,61 @@ def instrument() -> None:
             )
         exporter = default_processor()
         wrapped = [OutsideRollouts(p) if p is exporter else p for p in processors]
-        _installed = AglTracingProcessor()
-        set_trace_processors([_installed, *wrapped])
-        _wrap_failure_handlers()
+        self.processor = AglTracingProcessor()
+        set_trace_processors([self.processor, *wrapped])
+        self._wrap_failure_handlers()
 
-
-def uninstrument() -> None:
-    """Take agl's processor out and give the SDK's OpenAI exporter back its traces. Idempotent."""
-    global _installed
-    with _lock:
-        if _installed is None:
+    def _uninstrument(self) -> None:
+        installed, self.processor = self.processor, None
+        if installed is None:
             return
-        installed, _installed = _installed, None
         restored = [
             p.inner if isinstance(p, OutsideRollouts) else p for p in _current_processors() if p is not installed
         ]
         set_trace_processors(restored)
-        _unwrap_failure_handlers()
+
+    def _in_place(self) -> bool:
+        # `set_trace_processors` by the user drops agl's processor: then `instrument()` puts it back
+        return self.processor is not None and self.processor in _current_processors()
+
+    def _wrap_failure_handlers(self) -> None:
+        wrapped_tool = False
+        for name in _FAILURE_HANDLER_MODULES:
+            try:
+                module = importlib.import_module(name)
+            except ImportError:
+                continue
+            if getattr(module, _FAILURE_HANDLER, None) is None:
+                continue
+            # The undo puts the SDK's function back over agl's wrapper only, never over what someone set since.
+            self.wrap(module, _FAILURE_HANDLER, _keeping_the_reason)
+            wrapped_tool = wrapped_tool or name == "agents.tool"
+        if not wrapped_tool:
+            log.warning(
+                "this openai-agents version has no agents.tool.%s: a failed tool's span will carry only the reason "
+                "the SDK's own span gives (redacted since openai-agents 0.21)",
+                _FAILURE_HANDLER,
+            )
+
+
+def instrument() -> None:
+    """Attribute each SDK agent's LLM calls to its `Agent.name` and record tool and handoff spans for agl.
+
+    Idempotent (a second call changes nothing) and cheap, so it may be called at start-up or at the top of a
+    rollout function. Processors you register later are kept; `set_trace_processors` after this call would
+    drop agl's: call `instrument()` again afterwards. `uninstrument()` undoes it.
+    """
+    OpenAIAgentsInstrumentor().instrument()
+
+
+def uninstrument() -> None:
+    """Take agl's processor out and give the SDK's OpenAI exporter back its traces. Idempotent."""
+    OpenAIAgentsInstrumentor().uninstrument()
 
 
 def is_instrumented() -> bool:
     """Whether agl's processor is in the SDK's trace pipeline now."""
-    with _lock:
-        return _installed is not None and _installed in _current_processors()
+    return OpenAIAgentsInstrumentor().is_instrumented()
 
 
 def _current_processors() -> list[TracingProcessor]:
@@ -154,34 +179,3 @@ def _keeping_the_reason(handler: _FailureHandler) -> _FailureHandler:
         return await handler(*args, **kwargs)
 
     return wrapper
-
-
-def _wrap_failure_handlers() -> None:
-    for name in _FAILURE_HANDLER_MODULES:
-        if name in _replaced:
-            continue
-        try:
-            module = importlib.import_module(name)
-        except ImportError:
-            continue
-        handler = getattr(module, _FAILURE_HANDLER, None)
-        if handler is None:
-            continue
-        wrapper = _keeping_the_reason(handler)
-        _replaced[name] = (handler, wrapper)
-        setattr(module, _FAILURE_HANDLER, wrapper)
-    if "agents.tool" not in _replaced:
-        log.warning(
-            "this openai-agents version has no agents.tool.%s: a failed tool's span will carry only the reason "
-            "the SDK's own span gives (redacted since openai-agents 0.21)",
-            _FAILURE_HANDLER,
-        )
-
-
-def _unwrap_failure_handlers() -> None:
-    for name, (handler, wrapper) in _replaced.items():
-        module = importlib.import_module(name)
-        # Put the SDK's function back over agl's wrapper only, never over what someone else set since.
-        if getattr(module, _FAILURE_HANDLER, None) is wrapper:
-            setattr(module, _FAILURE_HANDLER, handler)
-    _replaced.clear()
