@@ -7,9 +7,11 @@ import sys
 from collections import Counter
 from typing import Any
 
+from langchain_core.tracers import context as lc_hooks
 from lc_support import EXAMPLE_AGENTS, SCRIPT, TASK, agent_spans, calls, load_example, run_rollout, tool_spans
 
 import agl
+import agl_langchain
 from agl.client import Client
 from agl.processes import ServerProcess
 from agl.testing.upstream import start_upstream_process
@@ -26,7 +28,7 @@ from langchain_core.tracers import context as hooks
 send, asend, n_hooks = httpx.Client.send, httpx.AsyncClient.send, len(hooks._configure_hooks)
 import agl_langchain
 assert httpx.Client.send is send and httpx.AsyncClient.send is asend
-assert len(hooks._configure_hooks) == n_hooks
+assert len(hooks._configure_hooks) == n_hooks and not agl_langchain.is_instrumented()
 import agl
 assert agl.current_agent() is None
 print("clean")
@@ -111,3 +113,37 @@ def test_the_handler_survives_a_langchain_run_that_raises(agl_server: ServerProc
     (span,) = agent_spans(detail)
     assert span.agent_name == "writer" and span.status.value == "error" and "500" in (span.status_message or "")
     assert handler_module._runs == {}
+
+
+@agl.rollout
+def plain_app(task: Any, llm: agl.LLM) -> None:
+    """The example graph with no handler passed or bound: only `instrument()` can trace it."""
+    model = example.ChatOpenAI(base_url=llm.base_url, api_key=llm.api_key, model=llm.model)
+    example.build_graph(model, SCRIPT).invoke(example.essay_input(TASK))
+
+
+def test_instrument_traces_every_run_once_and_uninstrument_removes_it(
+    agl_server: ServerProcess, agl_client: Client
+) -> None:
+    hooks_before = list(lc_hooks._configure_hooks)
+    try:
+        agl_langchain.instrument()
+        agl_langchain.instrument()  # idempotent: one hook
+        assert len(lc_hooks._configure_hooks) == len(hooks_before) + 1 and agl_langchain.is_instrumented()
+        for app in (plain_app, twice_instrumented_app):  # alone, and beside `with_agl` + handlers passed in
+            detail = run_rollout(app, agl_server, agl_client)
+            assert [c.agent_name for c in calls(detail)] == EXAMPLE_AGENTS
+            assert len(tool_spans(detail)) == 2
+            assert Counter(s.agent_name for s in agent_spans(detail)) == {
+                "checker": 4,
+                "tools": 2,
+                "writer": 1,
+                "rewriter": 1,
+            }
+    finally:
+        agl_langchain.uninstrument()
+        agl_langchain.uninstrument()  # a second removal is a no-op
+    assert lc_hooks._configure_hooks == hooks_before and not agl_langchain.is_instrumented()
+    detail = run_rollout(plain_app, agl_server, agl_client)
+    assert all(c.agent_name is None and c.attribution.value == "unattributed" for c in calls(detail))
+    assert detail.spans == []
