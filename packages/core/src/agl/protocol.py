@@ -17,6 +17,12 @@ HEADER_TRACEPARENT = "traceparent"
 # On every request that passed through agl's HTTP hook: its absence tells the proxy that the agent used an HTTP
 # client agl does not patch
 HEADER_HOOK = "x-agl-hook"
+# On requests for the fixed LLM URL (`http://HOST:PORT/v1/...`, one for the whole run): the rollout and attempt
+# that a per-rollout proxy URL would carry in its path, added at send time from the running rollout's context
+HEADER_ROLLOUT_ID = "x-agl-rollout-id"
+HEADER_ATTEMPT_ID = "x-agl-attempt-id"
+# Set by `agl worker` before it imports the agent: the run's fixed LLM URL, for clients built at import time
+ENV_LLM_BASE_URL = "AGL_LLM_BASE_URL"
 # Headers the proxy adds to its answers: the sequence number it gave the call
 HEADER_LLM_SEQ = "x-agl-llm-seq"
 # Header the proxy adds to what it sends the backend: "train" or "eval" (agl's engine decodes evaluations alike)

@@ -151,7 +151,12 @@ class Runner:
             await asyncio.gather(*tasks, return_exceptions=True)
 
     async def _run_attempt(self, client: AsyncClient, claim: Claim, model: str) -> None:
-        ctx = RolloutContext(rollout_id=claim.rollout.id, attempt_id=claim.attempt.id, server_url=self.server_url)
+        ctx = RolloutContext(
+            rollout_id=claim.rollout.id,
+            attempt_id=claim.attempt.id,
+            server_url=self.server_url,
+            credential=claim.credential,
+        )
         active = _Active(claim, ctx, asyncio.current_task())
         self._active[ctx.attempt_id] = active
         # the agent's API key: its attempt's own credential when the server has a token (it opens only this

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import sys
 from pathlib import Path
 from typing import Any, NoReturn
@@ -260,6 +261,12 @@ def worker(
     logging.basicConfig(level=log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     if heartbeat_s >= lease_s:
         _fail(f"--heartbeat ({heartbeat_s}) must be shorter than --lease ({lease_s})")
+    from agl.protocol import ENV_LLM_BASE_URL
+    from agl.tracing.context import fixed_llm_base_url
+
+    # before the agent's module is imported: a client it builds at import time can read the run's LLM URL (the
+    # worker processes spawned below inherit it)
+    os.environ[ENV_LLM_BASE_URL] = fixed_llm_base_url(server_url)
     load_agent(agent)  # fail fast with a clear message before any process starts
     options = {"concurrency": concurrency, "lease_s": lease_s, "heartbeat_s": heartbeat_s}
     args = (agent, server_url, token, options, max_rollouts, idle_exit_s)

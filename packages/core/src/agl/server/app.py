@@ -43,6 +43,7 @@ from agl.schema import (
     TaskIn,
 )
 from agl.server.credentials import attempt_credential
+from agl.server.fixed_url import FixedUrlMiddleware
 from agl.server.middleware import (
     BearerTokenMiddleware,
     BodySizeLimitMiddleware,
@@ -201,9 +202,10 @@ class Server:
         app: Any = ProxyFastPath(self.app, self.proxy)
         app = BodySizeLimitMiddleware(app, self.settings.max_body_bytes)
         app = BrowserGuardMiddleware(app, allowed_host_names(self.settings))
-        if self.settings.token:  # outermost: without the token nothing else is revealed
+        if self.settings.token:  # without the token nothing else is revealed
             app = BearerTokenMiddleware(app, self.settings.token)
-        return app
+        # outermost: a call at the run's fixed LLM URL becomes its per-rollout call before any guard judges it
+        return FixedUrlMiddleware(app)
 
     # ----------------------------------------------------------------------------------- routes
 

@@ -8,10 +8,12 @@ other instrumentations read the same way.
 # reads them beside the span attribute names.
 from agl.protocol import (
     HEADER_AGENT,
+    HEADER_ATTEMPT_ID,
     HEADER_HOOK,
     HEADER_LLM_SEQ,
     HEADER_MISSED_ATTRIBUTION,
     HEADER_PARENT_SPAN,
+    HEADER_ROLLOUT_ID,
     HEADER_TRACEPARENT,
 )
 
@@ -20,10 +22,12 @@ __all__ = [
     "AGENT_NAME",
     "ATTEMPT_ID",
     "HEADER_AGENT",
+    "HEADER_ATTEMPT_ID",
     "HEADER_HOOK",
     "HEADER_LLM_SEQ",
     "HEADER_MISSED_ATTRIBUTION",
     "HEADER_PARENT_SPAN",
+    "HEADER_ROLLOUT_ID",
     "HEADER_TRACEPARENT",
     "ROLLOUT_ID",
     "SPAN_KIND",

@@ -60,6 +60,9 @@ class RolloutContext:
     rollout_id: str
     attempt_id: str
     server_url: str
+    # the attempt's own API key for a server with a token (see agl.server.credentials); requests for the fixed
+    # LLM URL carry it whatever key the client was built with
+    credential: str | None = None
     trace_id: str = field(default_factory=new_trace_id)
     recorder: Recorder = field(default_factory=Recorder)
     # Highest sequence number the proxy gave an LLM call of this attempt that has answered; rewards are
@@ -76,6 +79,11 @@ class RolloutContext:
     def llm_base_url(self) -> str:
         return llm_base_url(self.server_url, self.rollout_id, self.attempt_id)
 
+    @property
+    def fixed_llm_base_url(self) -> str:
+        """The run's one LLM URL: calls there are attributed by headers added at send time (agl.tracing.http_inject)."""
+        return fixed_llm_base_url(self.server_url)
+
     def saw_llm_seq(self, seq: int) -> None:
         with self._seq_lock:
             if self.last_llm_seq is None or seq > self.last_llm_seq:
@@ -89,6 +97,11 @@ class RolloutContext:
 def llm_base_url(server_url: str, rollout_id: str, attempt_id: str) -> str:
     """The OpenAI base URL of one attempt: every framework keeps a path prefix, so the ids travel in it."""
     return f"{server_url.rstrip('/')}/rollout/{rollout_id}/attempt/{attempt_id}/v1"
+
+
+def fixed_llm_base_url(server_url: str) -> str:
+    """The OpenAI base URL that serves every rollout of a run; for clients built once, at import time."""
+    return f"{server_url.rstrip('/')}/v1"
 
 
 _rollout: contextvars.ContextVar[RolloutContext | None] = contextvars.ContextVar("agl_rollout", default=None)

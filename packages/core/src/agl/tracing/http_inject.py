@@ -4,8 +4,10 @@ The supported frameworks send their LLM requests through the OpenAI SDK or their
 stacks: `httpx` (openai < 3, LangChain, LiteLLM) and `httpx2` (openai ≥ 3, whose transport subclasses
 `httpx2.Client`, not `httpx.Client`). Patching `Client.send` / `AsyncClient.send` of every such stack that is
 installed catches each request whatever transport the client uses. A stack that is not installed is not
-imported. Headers are added only to requests for the current rollout's proxy URL (nothing leaks to other
-hosts) and computed at send time, so the scope that is active when a request leaves is the one named.
+imported. Headers are added only to requests for the current rollout's proxy URL, or for the run's fixed LLM URL
+(`{server}/v1`, where the rollout and attempt travel as headers too), so nothing leaks to other hosts; they are
+computed at send time, so the rollout and scope active when a request leaves are the ones named — which is what
+lets one client built at import time serve every rollout.
 
 Every request that passes through the hook also carries `x-agl-hook`, even outside agent scopes: a call that
 reaches the proxy without it came through a client agl does not patch, and if its attempt opened agent scopes,
@@ -51,13 +53,23 @@ def attribution_headers(ctx: RolloutContext | None = None) -> dict[str, str]:
 
 def _prepare(request: Any) -> RolloutContext | None:
     ctx = current_rollout()
+    url = str(request.url)
     if ctx is None:
         # A request for a rollout's proxy URL made where the rollout's context did not follow (a thread started
         # by hand): it did pass the hook, so it is stored as unattributed, not blamed on an unpatched client.
-        if _PROXY_PATH.search(str(request.url)):
+        if _PROXY_PATH.search(url):
             request.headers[attr.HEADER_HOOK] = "1"
         return None
-    if not str(request.url).startswith(ctx.llm_base_url):
+    if url.startswith(ctx.llm_base_url):
+        pass
+    elif url.startswith(ctx.fixed_llm_base_url + "/") and not url.startswith(ctx.fixed_llm_base_url + "/traces"):
+        # the run's one LLM URL (a client built at import time): the ids a proxy URL has in its path travel as
+        # headers, and the attempt's own credential replaces whatever key the client was built with
+        request.headers[attr.HEADER_ROLLOUT_ID] = ctx.rollout_id
+        request.headers[attr.HEADER_ATTEMPT_ID] = ctx.attempt_id
+        if ctx.credential is not None:
+            request.headers["authorization"] = f"Bearer {ctx.credential}"
+    else:
         return None
     for key, value in attribution_headers(ctx).items():
         request.headers[key] = value

@@ -1,0 +1,59 @@
+"""The run's fixed LLM URL: `http://HOST:PORT/v1/...` serves every rollout, the ids travelling in headers.
+
+A client built once, at import time or by a framework's global default, cannot carry each rollout's proxy URL.
+agl's HTTP hook adds `x-agl-rollout-id` / `x-agl-attempt-id` at send time from the running rollout's context
+(agl.tracing.http_inject); this middleware turns such a request into the one the per-rollout URL would have
+made, before any guard looks at it, so the proxy, the credential checks and every route behave exactly alike.
+A request there with no rollout context is refused with the reason: it belongs to no rollout, and agl never
+guesses one.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from agl.protocol import HEADER_ATTEMPT_ID, HEADER_ROLLOUT_ID, error_bytes
+
+# the LLM routes of the proxy, as a per-rollout URL serves them below `.../v1`
+_LLM_PATH = re.compile(r"^/v1/(chat/completions|responses)/?$")
+_ID = re.compile(r"^[A-Za-z0-9_.:-]{1,200}$")  # ids become a path segment: nothing that could change the path
+_ROLLOUT = HEADER_ROLLOUT_ID.encode()
+_ATTEMPT = HEADER_ATTEMPT_ID.encode()
+
+NO_ROLLOUT = (
+    "this LLM call reached agl's fixed URL outside any rollout (no x-agl-rollout-id header): make it while a "
+    "rollout runs (inside the agent function, or in a thread started with agl.propagate) so agl can attribute it, "
+    "or send it to the model's own URL; nothing was stored"
+)
+
+
+class FixedUrlMiddleware:
+    def __init__(self, app: Any) -> None:
+        self.app = app
+
+    async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
+        if scope["type"] != "http" or not _LLM_PATH.match(scope["path"]):
+            await self.app(scope, receive, send)
+            return
+        rollout = attempt = None
+        for key, value in scope["headers"]:
+            if key == _ROLLOUT:
+                rollout = value.decode("latin-1")
+            elif key == _ATTEMPT:
+                attempt = value.decode("latin-1")
+        if rollout is None or attempt is None:
+            await _answer(send, 409, NO_ROLLOUT, "no_rollout")
+            return
+        if not (_ID.match(rollout) and _ID.match(attempt)):
+            await _answer(send, 400, "x-agl-rollout-id / x-agl-attempt-id are not agl ids", "invalid_request_error")
+            return
+        path = f"/rollout/{rollout}/attempt/{attempt}{scope['path']}"
+        await self.app({**scope, "path": path, "raw_path": path.encode()}, receive, send)
+
+
+async def _answer(send: Any, status: int, message: str, type_: str) -> None:
+    body = error_bytes(message, type_)
+    headers = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]
+    await send({"type": "http.response.start", "status": status, "headers": headers})
+    await send({"type": "http.response.body", "body": body})
