@@ -173,3 +173,9 @@ def test_selection_patterns_pick_calls_in_episodes() -> None:
     _, stats = build_episodes([d], AgentSelection.parse("*Researcher"))
     assert stats.dropped_calls["agent not selected"] == 1
     assert stats.kept_by_agent == {researcher: 1} and stats.dropped_by_agent == {analyst: 1}
+
+
+def test_calls_under_a_generic_framework_name_are_counted() -> None:
+    d = detail(Run("t", [Call([1], [2], agent="model"), Call([3], [4], agent="model"), Call([5], [6], agent="writer")]))
+    _, stats = build_episodes([d], AgentSelection.parse("writer"))
+    assert stats.generic_names == {"model": 2}  # counted whether the selection keeps them or not

@@ -35,6 +35,7 @@ from lc_support import (
 import agl
 from agl.client import Client
 from agl.processes import ServerProcess
+from agl.transitions import build_episodes
 from agl_langchain import AglCallbackHandler
 from agl_langchain import handler as handler_module
 
@@ -179,6 +180,34 @@ def test_named_create_agent_graphs_use_their_names(agl_server: ServerProcess, ag
         ("tool:ask_helper", "supervisor"),
         ("tool:word_count", "helper"),
     ]
+
+
+@agl.rollout
+def unnamed_agents_app(task: Any, llm: agl.LLM) -> float:
+    """LangChain's tutorial shape: agents made without `name=`, one calling the other from a tool."""
+    model = chat_model(llm)
+    helper = create_agent(model, tools=[example.word_count], system_prompt="agl-tools: word_count")
+
+    @tool
+    def ask_helper(question: str) -> str:
+        """Ask the helper agent."""
+        return str(helper.invoke({"messages": [HumanMessage(question)]})["messages"][-1].text)
+
+    boss = create_agent(model, tools=[ask_helper], system_prompt="agl-tools: ask_helper")
+    boss.invoke({"messages": [HumanMessage("how many words here")]}, {"callbacks": [AglCallbackHandler()]})
+    return 1.0
+
+
+def test_unnamed_agents_collapse_into_model_and_the_worker_says_so_once_per_rollout(
+    agl_server: ServerProcess, agl_client: Client, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level("WARNING", logger="agl_langchain.handler")
+    detail = run_rollout(unnamed_agents_app, agl_server, agl_client)
+    assert [c.agent_name for c in calls(detail)] == ["model"] * 4  # two agents, one name: nothing to select by
+    warnings = [r.getMessage() for r in caplog.records if "without a name" in r.getMessage()]
+    assert len(warnings) == 1 and detail.rollout.id in warnings[0] and "name='writer'" in warnings[0]
+    _, stats = build_episodes([detail])
+    assert stats.generic_names == {"model": 4}
 
 
 @agl.rollout

@@ -22,6 +22,11 @@ from dataclasses import dataclass, field
 from agl.schema import LLMCall, Reward, RewardSource, Rollout, RolloutDetail, RolloutStatus
 from agl.selection import AgentSelection
 
+# Names frameworks give agents the user did not name, so that calls of different agents collapse into one name
+# that no selection can tell apart: LangChain's `create_agent` without `name=` runs its model in a node called
+# "model"; a LangGraph graph without a name is "LangGraph". Counted apart so the step line can say "pass name=".
+GENERIC_AGENT_NAMES = frozenset({"model", "LangGraph"})
+
 
 @dataclass(slots=True)
 class Transition:
@@ -83,6 +88,7 @@ class BuildStats:
     # what a selection keeps and drops, shown by `agl export --agents`
     kept_by_agent: Counter[str | None] = field(default_factory=Counter)
     dropped_by_agent: Counter[str | None] = field(default_factory=Counter)
+    generic_names: Counter[str] = field(default_factory=Counter)  # calls under a GENERIC_AGENT_NAMES name
 
     def merge(self, other: BuildStats) -> None:
         self.rollouts += other.rollouts
@@ -96,6 +102,7 @@ class BuildStats:
         self.missing_logprobs.update(other.missing_logprobs)
         self.kept_by_agent.update(other.kept_by_agent)
         self.dropped_by_agent.update(other.dropped_by_agent)
+        self.generic_names.update(other.generic_names)
 
     def summary(self) -> str:
         parts = [f"{self.episodes}/{self.rollouts} rollouts → {self.transitions} transitions"]
@@ -211,6 +218,8 @@ def build_episode(
     transitions: list[Transition] = []
     for call in sorted((c for c in detail.llm_calls if c.attempt_id == attempt), key=lambda c: c.seq):
         stats.missed_attribution += call.attribution.lost
+        if call.agent_name in GENERIC_AGENT_NAMES:
+            stats.generic_names[call.agent_name] += 1
         reason = _call_reason(call, selection)
         if (
             reason is None

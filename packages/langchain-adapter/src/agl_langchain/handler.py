@@ -24,6 +24,7 @@ Run state lives in this module, not in the handler object, so two handlers on th
 from __future__ import annotations
 
 import json
+import logging
 import time
 from collections.abc import Callable
 from contextvars import ContextVar, Token
@@ -38,9 +39,10 @@ from langchain_core.outputs import LLMResult
 from agl.schema import SpanStatus
 from agl.tracing.context import RolloutContext, current_agent, current_rollout, enter_agent, exit_agent
 from agl.tracing.spans import record_span, record_tool
-from agl_langchain.naming import agent_name_of, is_node_run
+from agl_langchain.naming import agent_name_of, is_node_run, is_unnamed_agent
 from agl_langchain.tool_messages import answered_call_ids, text_of, tool_messages
 
+log = logging.getLogger(__name__)
 T = TypeVar("T")
 
 
@@ -114,6 +116,24 @@ def _is_control_flow(error: BaseException) -> bool:
     from langgraph.errors import GraphBubbleUp
 
     return isinstance(error, GraphBubbleUp)
+
+
+_warned_rollouts: set[str] = set()
+
+
+def _warn_unnamed_once(rollout_id: str) -> None:
+    """Once per rollout: an agent without a name gives its calls the generic name "model", which no selection can
+    tell apart from other unnamed agents (the trainer counts such calls in its step line)."""
+    if rollout_id in _warned_rollouts:
+        return
+    if len(_warned_rollouts) > 10_000:  # a long-lived worker: forget old rollouts rather than grow without end
+        _warned_rollouts.clear()
+    _warned_rollouts.add(rollout_id)
+    log.warning(
+        "rollout %s: a LangChain agent made without a name stores its LLM calls as 'model'; give each agent a name "
+        "(create_agent(..., name='writer')) to tell agents apart and select them for training",
+        rollout_id,
+    )
 
 
 def _open_run(
@@ -213,6 +233,8 @@ class AglCallbackHandler(BaseCallbackHandler):
         if (opened := _open_run(run_id, parent_run_id, name, metadata)) is None:
             return
         run, _ = opened
+        if is_unnamed_agent(metadata):
+            _warn_unnamed_once(run.ctx.rollout_id)
         agent, current = agent_name_of(metadata), current_agent()
         # No node or named agent: the outermost run's name, unless the code around the call chose the agent
         # (a name this adapter left behind in the context is no choice: it gives way).

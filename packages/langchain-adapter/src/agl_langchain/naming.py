@@ -28,6 +28,14 @@ def agent_name_of(metadata: Mapping[str, Any] | None) -> str | None:
     return None
 
 
+def is_unnamed_agent(metadata: Mapping[str, Any] | None) -> bool:
+    """True for a run inside a `create_agent` made without `name=`: its model node is called "model", so the calls
+    of every such agent collapse into that one name."""
+    if not metadata:
+        return False
+    return not metadata.get(AGENT_NAME_KEY) and metadata.get(NODE_KEY) == "model"
+
+
 def is_node_run(metadata: Mapping[str, Any] | None, run_name: str | None) -> bool:
     """True for the run of a LangGraph node itself (its function or ToolNode), not for the runs inside it."""
     return metadata is not None and run_name is not None and metadata.get(NODE_KEY) == run_name

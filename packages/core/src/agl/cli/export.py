@@ -88,4 +88,10 @@ def print_summary(selection: AgentSelection, stats: BuildStats, console: Console
             f"[yellow]the selection kept no call; agent names stored in these rollouts: {names}[/yellow]",
             soft_wrap=True,
         )
+    for name, count in stats.generic_names.most_common():
+        console.print(
+            f"[yellow]{count} calls are stored under the framework's generic name {name!r}: agents created without "
+            "a name (LangChain: create_agent(..., name='writer')) cannot be told apart or selected[/yellow]",
+            soft_wrap=True,
+        )
     console.print(f"{stats.transitions} transitions from {stats.episodes} of {stats.rollouts} rollouts")
