@@ -1,18 +1,23 @@
 """What a training run writes for people: metrics as JSONL (one row per train step and per evaluation) and the
-learning curve as a PNG, redrawn after every step."""
+learning curve as a PNG, redrawn after every step — and the same to any experiment trackers attached
+(agl_trainer.trackers)."""
 
 from __future__ import annotations
 
 import json
 import math
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from agl_trainer.trackers import Tracker
+
 
 class MetricsLog:
-    def __init__(self, run_dir: Path) -> None:
+    def __init__(self, run_dir: Path, trackers: Sequence[Tracker] = ()) -> None:
         self.path = run_dir / "metrics.jsonl"
         self.plot_path = run_dir / "learning_curve.png"
+        self.trackers = list(trackers)
 
     def rows(self) -> list[dict[str, Any]]:
         if not self.path.exists():
@@ -27,6 +32,18 @@ class MetricsLog:
         clean = {k: (None if isinstance(v, float) and not math.isfinite(v) else v) for k, v in row.items()}
         with self.path.open("a") as f:
             f.write(json.dumps(clean) + "\n")
+        for tracker in self.trackers:
+            tracker.log_row(clean)
+
+    def samples(self, step: int, rows: Sequence[Mapping[str, Any]]) -> None:
+        """A table of sample rollouts of the evaluation at `step`, for the trackers (the store has them all)."""
+        for tracker in self.trackers:
+            tracker.log_samples(step, rows)
+
+    def close(self) -> None:
+        for tracker in self.trackers:
+            tracker.close()
+        self.trackers = []
 
     def plot(self, title: str = "agl train") -> Path:
         import matplotlib
@@ -63,4 +80,7 @@ class MetricsLog:
         fig.tight_layout()
         fig.savefig(self.plot_path)
         plt.close(fig)
+        last = max((int(r["step"]) for r in rows), default=0)
+        for tracker in self.trackers:
+            tracker.log_curve(self.plot_path, last)
         return self.plot_path
