@@ -12,13 +12,13 @@ import pytest
 
 from agl.client import Client
 from agl.processes import ServerProcess
-from agl.testing.fixtures import *  # noqa: F403
 from agl.testing.fixtures import StartWorker, wait_rollouts
 
 REPO = Path(__file__).resolve().parents[1]
 AGENTS = str(REPO / "tests" / "e2e_agents.py")
 
-# The shared fixtures of `agl.testing.fixtures` (agl_upstream, agl_server, ...), under the short names used here.
+# The shared fixtures (agl_upstream, agl_server, ...) come from agl-core's pytest plugin (agl.testing.fixtures);
+# its helper under the short name used here.
 wait_all = wait_rollouts
 
 

@@ -1,1 +1,1 @@
-from agl.testing.fixtures import *  # noqa: F403  (agl_upstream, agl_server, agl_client, agl_workers)
+"""agl_upstream, agl_server, agl_client and agl_workers come from agl-core's pytest plugin (agl.testing.fixtures)."""

@@ -16,7 +16,6 @@ import agl_autogen
 from agl.client import Client
 from agl.processes import ServerProcess
 from agl.schema import RolloutDetail
-from agl.testing.fixtures import *  # noqa: F403
 
 EXAMPLE_PATH = Path(__file__).resolve().parents[1] / "examples" / "calculator_team.py"
 RunRollout = Callable[..., RolloutDetail]

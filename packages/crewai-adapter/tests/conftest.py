@@ -18,7 +18,6 @@ import pytest
 from crewai_helpers import load_example
 
 import agl_crewai
-from agl.testing.fixtures import *  # noqa: F403
 
 
 @pytest.fixture

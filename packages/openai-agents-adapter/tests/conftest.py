@@ -10,7 +10,6 @@ from agents.tracing import processors as sdk_processors
 from agents.tracing import set_trace_processors
 
 import agl_openai_agents
-from agl.testing.fixtures import *  # noqa: F403
 from openai_agents_support import Collecting, trace_processors
 
 

@@ -1,6 +1,8 @@
 """pytest fixtures that start real processes: a scripted OpenAI-compatible upstream, `agl serve`, `agl worker`.
 
-Adapter and integration test suites import them into their `conftest.py` (`from agl.testing.fixtures import *`).
+A pytest plugin (entry point `pytest11: agl`, extra `agl-core[testing]`): any test suite in an environment with
+agl-core gets `agl_upstream`, `agl_server`, `agl_client` and `agl_workers` without importing anything;
+`wait_rollouts` is a plain helper to import.
 """
 
 from __future__ import annotations
