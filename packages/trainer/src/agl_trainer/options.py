@@ -1,0 +1,187 @@
+"""One path from options to a training config, for `agl train`, `agl bench train`, option files and recipes.
+
+The flags are declared once here (`SPECS`): their defaults are read from `TrainConfig` / `PolicyConfig`, their
+choices from the registries that define them (`agl.credit.STRATEGIES`), so help texts cannot drift from the code.
+An option file (TOML or JSON) holds the same keys, as does a recipe; `build_config` turns the merged options into
+the config, refusing keys nothing knows with the list of those it does.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import MISSING, dataclass, fields
+from pathlib import Path
+from typing import Any, TypeVar
+
+import click
+import tomllib
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def _strategies() -> list[str]:
+    from agl.credit import STRATEGIES
+
+    return sorted(STRATEGIES)
+
+
+@dataclass(frozen=True)
+class Spec:
+    """One command-line option of a training config field."""
+
+    key: str  # the TrainConfig / PolicyConfig field it sets (or a pseudo-key handled by build_config)
+    help: str
+    flag: str | None = None  # default: --key-with-dashes
+    choices: Callable[[], Sequence[str]] | None = None
+    is_flag: bool = False
+    type: type | None = None  # default: the field's own (from its default value)
+
+    @property
+    def option(self) -> str:
+        return self.flag or "--" + self.key.replace("_", "-")
+
+
+SPECS: dict[str, Spec] = {
+    s.key: s
+    for s in (
+        Spec("model", "Local Hugging Face model folder, or 'bundled'."),
+        Spec("run_dir", "Where the store, checkpoints, metrics and plot go.", type=str),
+        Spec("steps", "Policy updates."),
+        Spec("tasks_per_step", "Tasks per step."),
+        Spec("group_size", "Rollouts per task (the GRPO group)."),
+        Spec("eval_every", "Evaluate every k steps."),
+        Spec("strategy", "Credit assignment.", choices=_strategies),
+        Spec(
+            "train_agents",
+            "Agents whose calls are trained: names or glob patterns, e.g. writer,'*Researcher' "
+            "(else AGL_TRAIN_AGENTS, else all).",
+            flag="--agents",
+            type=str,
+        ),
+        Spec(
+            "per_agent_policies",
+            "One LoRA policy per selected agent on the shared base model (the others run on the base model).",
+            is_flag=True,
+        ),
+        Spec(
+            "engine_url",
+            "Generate with an engine in another process (agl engine, vLLM with runtime LoRA) serving the same model.",
+            type=str,
+        ),
+        Spec("lr", "Learning rate."),
+        Spec("full_finetune", "Train all weights instead of a LoRA adapter.", is_flag=True),
+        Spec("kl_coef", "KL penalty to the base model (LoRA only).", flag="--kl"),
+        Spec("workers", "Worker processes."),
+        Spec("concurrency", "Rollouts at once per worker."),
+        Spec("device", "cpu, cuda, ... or auto."),
+        Spec("temperature", "Sampling temperature of training rollouts (when the agent sets none)."),
+        Spec("eval_temperature", "Decoding of evaluation rollouts (0: greedy; unset: the --temperature).", type=float),
+        Spec("seed", "Random seed of task order and sampling."),
+        Spec("resume", "Continue from the run directory's latest checkpoint.", is_flag=True),
+    )
+}
+
+
+def _dataclass_defaults() -> dict[str, Any]:
+    from agl_trainer.loop import TrainConfig
+    from agl_trainer.policy import PolicyConfig
+
+    out: dict[str, Any] = {}
+    for cls in (TrainConfig, PolicyConfig):
+        for f in fields(cls):
+            if f.default is not MISSING:
+                out[f.name] = f.default
+            elif f.default_factory is not MISSING:
+                out[f.name] = f.default_factory()
+    out["full_finetune"] = not out["lora"]
+    return out
+
+
+def known_keys() -> frozenset[str]:
+    """Every key an option file or recipe may hold: the fields of TrainConfig (the policy's as flat keys) and of
+    PolicyConfig, and `full_finetune`."""
+    from agl_trainer.loop import TrainConfig
+    from agl_trainer.policy import PolicyConfig
+
+    names = {f.name for f in fields(TrainConfig)} | {f.name for f in fields(PolicyConfig)}
+    return frozenset(names - {"policy"}) | {"full_finetune"}
+
+
+def click_options(*keys: str, defaults: Mapping[str, Any] | None = None) -> Callable[[F], F]:
+    """Click options for the named keys, in that order. Each defaults to None (unset: the option file's value,
+    else the config's default, which the help shows). `defaults` overrides what the help shows (a recipe's)."""
+    shown = {**_dataclass_defaults(), **(defaults or {})}
+
+    def decorate(fn: F) -> F:
+        for key in reversed(keys):
+            spec = SPECS[key]
+            default = shown.get(key)
+            help_text = spec.help
+            if not spec.is_flag and default is not None:
+                help_text += f"  [default: {default}]"
+            kwargs: dict[str, Any] = {"default": None, "help": help_text}
+            if spec.is_flag:
+                kwargs["is_flag"] = True
+            elif spec.choices is not None:
+                kwargs["type"] = click.Choice(list(spec.choices()))
+            else:
+                kwargs["type"] = spec.type or (type(default) if default is not None else str)
+            fn = click.option(spec.option, key, **kwargs)(fn)
+        return fn
+
+    return decorate
+
+
+def read_option_file(path: str | Path) -> dict[str, Any]:
+    """The options of a TOML or JSON file (keys with dashes or underscores), checked to be a table of options."""
+    file = Path(path)
+    if not file.is_file():
+        raise ValueError(f"option file {file} does not exist")
+    try:
+        text = file.read_text()
+        data = tomllib.loads(text) if file.suffix == ".toml" else json.loads(text)
+    except (ValueError, tomllib.TOMLDecodeError) as exc:
+        raise ValueError(f"option file {file} is not valid {file.suffix.lstrip('.').upper() or 'JSON'}: {exc}") from exc
+    if not isinstance(data, dict):
+        raise ValueError(f"option file {file} must hold a table/object of options")
+    return {str(k).replace("-", "_"): v for k, v in data.items()}
+
+
+def merge(*layers: Mapping[str, Any] | None) -> dict[str, Any]:
+    """Later layers win; None values (flags not given) leave earlier ones in place."""
+    out: dict[str, Any] = {}
+    for layer in layers:
+        out.update({k: v for k, v in (layer or {}).items() if v is not None})
+    return out
+
+
+def unknown_keys(keys: Iterable[str]) -> list[str]:
+    return sorted(set(keys) - known_keys())
+
+
+def build_config(agent: str, options: Mapping[str, Any], *, where: str = "the options") -> Any:
+    """The `TrainConfig` of `agent` with `options` (flags, option file, recipe merged): PolicyConfig fields go to
+    the policy, `full_finetune` turns LoRA off. Unknown keys are a ValueError naming them and the known ones."""
+    from agl_trainer.loop import TrainConfig
+    from agl_trainer.policy import PolicyConfig
+
+    options = dict(options)
+    options.pop("agent", None)
+    missing = [k for k in ("train_tasks", "eval_tasks", "run_dir") if k not in options]
+    if missing:
+        raise ValueError(f"{where} give no {', '.join(missing)}")
+    unknown = unknown_keys(options)
+    if unknown:
+        raise ValueError(
+            f"unknown option(s) in {where}: {', '.join(unknown)} (known: {', '.join(sorted(known_keys()))})"
+        )
+    policy_keys = {f.name for f in fields(PolicyConfig)}
+    policy = {k: options.pop(k) for k in list(options) if k in policy_keys}
+    if options.pop("full_finetune", False):
+        policy["lora"] = False
+    if "lora_targets" in policy:
+        policy["lora_targets"] = tuple(policy["lora_targets"])
+    if "run_dir" in options:
+        options["run_dir"] = Path(str(options["run_dir"]))
+    return TrainConfig(agent=agent, policy=PolicyConfig(**policy), **options)
