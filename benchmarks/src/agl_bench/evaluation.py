@@ -1,6 +1,7 @@
 """`agl bench eval`: run a task's agent over a split with any model, through the real platform, and score it.
 
-    model  ─ embedded / a model folder → an `agl engine` child process
+    model  ─ embedded / a model folder → an `agl engine` child process, or with `engine="vllm"` a vLLM server
+           │                             agl starts from its own environment (`make vllm`)
            └ an http(s) URL            → that OpenAI-compatible endpoint (vLLM, a hosted API)
     decoding: greedy (the proxy sends evaluation calls with temperature 0, whatever the agent asks)
     agl serve (store in OUT/, proxy to the model) ← agl worker × W (the task's agent) ← one eval rollout per row
@@ -43,6 +44,8 @@ class ModelSpec:
     api_key_env: str = "OPENAI_API_KEY"
     device: str = "auto"
     max_batch: int = 8
+    engine: str = "embedded"  # or "vllm" (for the bundled model or a model folder)
+    vllm_python: str | None = None  # the python of vLLM's environment; None: $AGL_VLLM_PYTHON, else .venv-vllm
 
     @property
     def is_remote(self) -> bool:
@@ -100,6 +103,8 @@ def start_model(spec: ModelSpec, stack: ExitStack, log_dir: Path, console: Conso
     model = "bundled" if spec.name in EMBEDDED else spec.name
     if model != "bundled" and not (Path(model) / "config.json").exists():
         raise ValueError(f"--model {spec.name!r} is neither 'embedded', an http(s) URL, nor a model folder")
+    if spec.engine == "vllm":
+        return _start_vllm(spec, model, stack, log_dir, console)
     log = (log_dir / "engine.log").open("a")
     stack.callback(log.close)
     cmd = [sys.executable, "-m", "agl.cli.main", "engine", f"--model={model}", "--port=0"]
@@ -108,6 +113,28 @@ def start_model(spec: ModelSpec, stack: ExitStack, log_dir: Path, console: Conso
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=log, text=True)
     stack.callback(_stop, proc)
     return read_ready_line(proc, "AGL_ENGINE_READY", timeout=600), None
+
+
+def _start_vllm(spec: ModelSpec, model: str, stack: ExitStack, log_dir: Path, console: Console) -> tuple[str, str]:
+    from transformers import AutoTokenizer
+
+    from agl_trainer.models import pick_device, resolve_model
+    from agl_trainer.remote_engine import start_vllm
+    from agl_trainer.vllm_server import SERVED_BASE
+
+    path = resolve_model(model)
+    device = pick_device(spec.device)
+    server = start_vllm(
+        path,
+        AutoTokenizer.from_pretrained(path),
+        log_path=log_dir / "vllm.log",
+        python=spec.vllm_python,
+        dtype="float32" if device == "cpu" else "bfloat16",
+        device=device,
+        console=console,
+    )
+    stack.callback(server.stop)
+    return server.url, SERVED_BASE
 
 
 def _stop(proc: subprocess.Popen[Any]) -> None:

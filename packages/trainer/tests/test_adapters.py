@@ -150,8 +150,9 @@ def test_new_adapter_weights_reach_a_running_engine_process(
     assert served["ids"] == first_ids and served["logprobs"] == pytest.approx(first_lp, abs=1e-4)
     assert ask(url, BASE_MODEL) == base  # the base model is untouched by the adapter
 
-    # the same name again: the weights are replaced in place, no restart
-    replaced = httpx.post(f"{url}/load_lora_adapter", json={"lora_name": "policy-writer", "lora_path": str(second)})
+    # the same name again: the weights are replaced in place, no restart (vLLM's body for that is accepted too)
+    body = {"lora_name": "policy-writer", "lora_path": str(second), "load_inplace": True}
+    replaced = httpx.post(f"{url}/load_lora_adapter", json=body)
     assert replaced.status_code == 200 and "replaced" in replaced.text
     served = ask(url, "policy-writer")
     assert served["ids"] == second_ids and served["logprobs"] == pytest.approx(second_lp, abs=1e-4)
@@ -192,7 +193,7 @@ def test_remote_engine_backend_publishes_each_update_to_the_engine_process(
             local.weights_changed()
             remote.weights_changed()
             expected = local.generate(GenerationRequest(prompt_ids(tokenizer), max_tokens=6, temperature=0.0))
-            served = ask(engine_process, "default")
+            served = ask(engine_process, remote.served_name("default"))  # each version under its own name
             assert served["ids"] == expected.token_ids
             assert served["logprobs"] == pytest.approx(expected.logprobs, abs=1e-4)
         assert sorted(p.name for p in (tmp_path / "published").iterdir()) == ["v1", "v2"]

@@ -2,7 +2,9 @@
 embedded ones: a vLLM server as the inference backend, verl (Ray, many GPUs) as the policy backend.
 
 - An inference backend serves the current policy behind an OpenAI-compatible URL that returns exact token ids
-  and log-probs (what `agl serve --upstream` forwards to), and is told when the weights changed.
+  and log-probs (what `agl serve --upstream` forwards to), and is told when the weights changed. Besides the
+  embedded engine: an engine in another process (`agl engine`, a vLLM server, started by agl or by someone else)
+  that receives LoRA adapters (`RemoteAdapterEngine`) or, vLLM only, the full weights (`RemoteWeightsEngine`).
 - A policy backend computes log-probs of transitions and applies an update to a batch of them, and saves and
   restores its state.
 
@@ -12,9 +14,12 @@ implementations; the training loop only needs what is written here.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import re
+import shutil
+import time
+from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Protocol, runtime_checkable
+from typing import Any, Protocol, runtime_checkable
 
 import httpx
 
@@ -24,6 +29,9 @@ from agl_trainer.policy import PolicyTrainer, UpdateStats
 
 @runtime_checkable
 class InferenceBackend(Protocol):
+    """May also have `served_name(adapter) -> str`: the model name that serves `adapter` now, when it changes with
+    the version (the training loop publishes it to the proxy)."""
+
     def weights_changed(self) -> None:
         """The policy's weights changed: serve the new ones from now on (and drop anything cached)."""
 
@@ -43,35 +51,161 @@ class PolicyBackend(Protocol):
     def load(self, path: str | Path) -> None: ...
 
 
+class EngineError(RuntimeError):
+    """The remote engine refused or failed a request the trainer depends on; the message says what to do."""
+
+
+def _root(base_url: str) -> str:
+    """`http://host:port/v1` → `http://host:port` (vLLM's development routes live at the root)."""
+    url = base_url.rstrip("/")
+    return url[: -len("/v1")] if url.endswith("/v1") else url
+
+
+def _served_models(http: httpx.Client, base_url: str) -> list[dict[str, Any]]:
+    try:
+        resp = http.get(f"{base_url}/models")
+    except httpx.HTTPError as exc:
+        raise EngineError(f"cannot reach the engine at {base_url}: {exc}") from exc
+    if resp.status_code != 200:
+        raise EngineError(f"{base_url}/models answered {resp.status_code}: {resp.text[:300]}")
+    data = resp.json().get("data") or []
+    return [m for m in data if isinstance(m, dict)]
+
+
 class RemoteAdapterEngine:
     """An inference backend in another process (`agl engine`, or a vLLM server started with LoRA support and
     `VLLM_ALLOW_RUNTIME_LORA_UPDATING=True`) that serves the same base model: after each update the policy's
-    adapters are saved under `folder` and loaded there by name through `POST /v1/load_lora_adapter`.
+    adapters are saved under `folder/v<N>` and loaded there through `POST /v1/load_lora_adapter`, each under a
+    name of its own, `<adapter>@v<N>` (`served_name`); the training loop then tells the proxy to route to them.
+    The version before the previous one is unloaded and its folder deleted.
+
+    Why a new name per version rather than one name reloaded with `"load_inplace": true`: vLLM 0.32 keeps that
+    flag on the adapter it serves and re-reads the adapter from disk at every engine step from then on (measured
+    on the bundled model: 98 loads of ~5 ms for two requests of 48 tokens; a large model's adapter costs far
+    more), and its engine dies if the folder has gone. A new name is loaded once, cannot hit prefix-cache blocks
+    computed with older weights (vLLM keys them by adapter name and path), and needs no slot beyond
+    `--max-loras` = 2 × adapters.
 
     The folder must be readable by the serving process (same machine or a shared filesystem)."""
 
-    def __init__(self, base_url: str, policy: PolicyTrainer, folder: str | Path, timeout_s: float = 300.0) -> None:
+    def __init__(
+        self, base_url: str, policy: PolicyTrainer, folder: str | Path, timeout_s: float = 300.0, server: Any = None
+    ) -> None:
         self.base_url = base_url.rstrip("/")
         self.policy = policy
         self.folder = Path(folder)
-        self.version = 0
+        self.server = server  # a `VLLMServer` agl started: checked before each publication
         self._http = httpx.Client(timeout=timeout_s)
+        # names left on a long-lived engine by an earlier run are never reused
+        taken = [re.fullmatch(r"(.+)@v(\d+)", str(m.get("id", ""))) for m in _served_models(self._http, self.base_url)]
+        ours = set(self.adapter_names())
+        self.version = max([int(m.group(2)) for m in taken if m and m.group(1) in ours], default=0)
+        self._first_version = self.version + 1
 
     def adapter_names(self) -> list[str]:
-        """The served names: one per agent with per-agent policies, else the single adapter `default`."""
+        """The policy's adapters: one per agent with per-agent policies, else the single adapter `default`."""
         return sorted(set(self.policy.agent_adapters.values())) or ["default"]
 
+    def served_name(self, adapter: str) -> str:
+        """The model name that serves `adapter` now (the base model and unknown names are served as they are)."""
+        return f"{adapter}@v{self.version}" if adapter in self.adapter_names() and self.version else adapter
+
     def weights_changed(self) -> None:
+        if self.server is not None:
+            self.server.check_alive()
         self.version += 1
         target = self.folder / f"v{self.version}"
         self.policy.save(target)
-        for name in self.adapter_names():
-            source = self.policy.adapter_folder(target, name)
-            resp = self._http.post(
-                f"{self.base_url}/load_lora_adapter", json={"lora_name": name, "lora_path": str(source.resolve())}
+        for adapter in self.adapter_names():
+            source = self.policy.adapter_folder(target, adapter)
+            self._post(
+                "load_lora_adapter", {"lora_name": self.served_name(adapter), "lora_path": str(source.resolve())}
             )
+        old = self.version - 2
+        if old >= self._first_version:
+            for adapter in self.adapter_names():
+                self._post("unload_lora_adapter", {"lora_name": f"{adapter}@v{old}"})
+            shutil.rmtree(self.folder / f"v{old}", ignore_errors=True)  # only read when loaded: safe to delete now
+
+    def _post(self, route: str, body: dict[str, Any]) -> None:
+        try:
+            resp = self._http.post(f"{self.base_url}/{route}", json=body)
+        except httpx.HTTPError as exc:
+            raise EngineError(f"{self.base_url}/{route} failed for {body['lora_name']!r}: {exc}") from exc
+        if resp.status_code != 200:
+            raise EngineError(
+                f"{self.base_url}/{route} refused {body['lora_name']!r} (HTTP {resp.status_code}): {resp.text[:500]}"
+            )
+
+    def close(self) -> None:
+        self._http.close()
+
+
+class RemoteWeightsEngine:
+    """Full fine-tuning with a vLLM server: after each update the whole model is saved (safetensors) under
+    `folder/v<N>`, vLLM's workers reload it in place (`POST /collective_rpc` with `reload_weights`, then
+    `POST /reset_prefix_cache`: the reload keeps KV blocks computed with the old weights, which measurably served
+    stale log-probs, 0.25 per token off, until the reset), and the previous copy is deleted. Both routes exist
+    only when the server runs with `VLLM_SERVER_DEV_MODE=1` (`agl train --engine vllm` sets it)."""
+
+    def __init__(
+        self,
+        base_url: str,
+        model: Any,
+        folder: str | Path,
+        timeout_s: float = 600.0,
+        server: Any = None,
+        verify: Callable[[], object] | None = None,
+    ) -> None:
+        self.base_url = base_url.rstrip("/")
+        self.root = _root(self.base_url)
+        self.model = model
+        # run after every reload: the served log-probs must be the trainer's (engine_check), or the run stops
+        self.verify = verify
+        self.folder = Path(folder)
+        self.server = server
+        self.version = 0
+        self._http = httpx.Client(timeout=timeout_s)
+        roots = [m for m in _served_models(self._http, self.base_url) if m.get("parent") is None]
+        if not roots:
+            raise EngineError(f"{self.base_url}/models lists no base model")
+        self.base_name = str(roots[0]["id"])
+
+    def served_name(self, adapter: str) -> str:
+        return self.base_name
+
+    def weights_changed(self) -> None:
+        if self.server is not None:
+            self.server.check_alive()
+        self.version += 1
+        target = self.folder / f"v{self.version}"
+        self.model.save_pretrained(target, safe_serialization=True)
+        rpc = {"method": "reload_weights", "kwargs": {"weights_path": str(target.resolve())}}
+        resp = self._http.post(f"{self.root}/collective_rpc", json=rpc)
+        if resp.status_code == 404:
+            raise EngineError(
+                f"{self.root} has no /collective_rpc, so it cannot take full weights: full fine-tuning with a remote "
+                "engine needs vLLM started with VLLM_SERVER_DEV_MODE=1 (`agl train --engine vllm` does so); agl's own "
+                "engine takes LoRA adapters only: train a LoRA policy (no --full-finetune) or use the embedded engine"
+            )
+        if resp.status_code != 200:
+            raise EngineError(
+                f"{self.root}/collective_rpc reload_weights failed (HTTP {resp.status_code}): {resp.text[:500]}"
+            )
+        self._reset_prefix_cache()
+        shutil.rmtree(self.folder / f"v{self.version - 1}", ignore_errors=True)
+        if self.verify is not None:
+            self.verify()
+
+    def _reset_prefix_cache(self, attempts: int = 50) -> None:
+        for _ in range(attempts):  # refused while requests hold blocks: they finish within moments here
+            resp = self._http.post(f"{self.root}/reset_prefix_cache")
             if resp.status_code != 200:
-                raise RuntimeError(f"{self.base_url} refused adapter {name!r} from {source}: {resp.text[:500]}")
+                raise EngineError(f"{self.root}/reset_prefix_cache failed (HTTP {resp.status_code}): {resp.text[:300]}")
+            if resp.json().get("success", True):
+                return
+            time.sleep(0.2)
+        raise EngineError(f"{self.root} kept refusing to reset its prefix cache: requests are still running")
 
     def close(self) -> None:
         self._http.close()

@@ -16,6 +16,12 @@ An assistant message that called tools is rendered with the same `<tool_call>...
 text; tool results are messages of role `tool`. When parsing, every `<tool_call>` block must hold a JSON object
 with a known function `name` and object `arguments`; if any block is malformed, the whole answer is returned as
 plain text (finish reason `stop`), never a crash and never a half-parsed call.
+
+What is rendered is normalised the way vLLM hands a request to a chat template, so that a vLLM server started
+with `engine_chat_template(tokenizer)` builds the very same prompt (`agl_trainer.vllm` does so): the text parts
+of a message's content are joined with newlines; a tool call's `arguments` are the JSON object they encode
+(anything that is not a JSON object becomes `{}`); a tool is written as `{"type": "function", "function":
+{name, description, parameters, strict}}` with only the fields that are set, in that order.
 """
 
 from __future__ import annotations
@@ -28,10 +34,13 @@ from dataclasses import dataclass
 from typing import Any
 
 TOOL_CALL = re.compile(r"<tool_call>(.*?)</tool_call>", re.DOTALL)
-TOOLS_HEADER = (
-    "# Tools\nYou can call these functions. Each is described by a JSON schema:\n<tools>\n{tools}\n</tools>\n"
-    'To call a function, write <tool_call>{{"name": "<function name>", "arguments": {{<arguments>}}}}</tool_call>'
+TOOLS_INTRO = "# Tools\nYou can call these functions. Each is described by a JSON schema:\n<tools>\n"
+TOOLS_OUTRO = (
+    '\n</tools>\nTo call a function, write <tool_call>{"name": "<function name>", "arguments": {<arguments>}}'
+    "</tool_call>"
 )
+CONTENT_PART_SEPARATOR = "\n"  # between the text parts of one message's content (vLLM's choice)
+FUNCTION_FIELDS = ("name", "description", "parameters", "strict")  # what a tool's description keeps, in order
 
 
 def _text(content: Any) -> str:
@@ -40,23 +49,37 @@ def _text(content: Any) -> str:
     if isinstance(content, str):
         return content
     if isinstance(content, list):  # OpenAI content parts: the text ones
-        return "".join(
-            str(p.get("text", "")) for p in content if isinstance(p, dict) and p.get("type", "text") == "text"
+        return CONTENT_PART_SEPARATOR.join(
+            p if isinstance(p, str) else str(p.get("text", ""))
+            for p in content
+            if isinstance(p, str) or (isinstance(p, dict) and p.get("type", "text") == "text")
         )
     return str(content)
 
 
-def render_tool_call(name: str, arguments: Any) -> str:
+def tool_arguments(arguments: Any) -> dict[str, Any]:
+    """A tool call's arguments as the JSON object they encode; anything else (malformed JSON, a list, a number,
+    nothing) as `{}`, which is what vLLM hands its chat template."""
     if isinstance(arguments, str):
         try:
             arguments = json.loads(arguments)
         except json.JSONDecodeError:
-            pass
-    return f"<tool_call>{json.dumps({'name': name, 'arguments': arguments})}</tool_call>"
+            return {}
+    return arguments if isinstance(arguments, dict) else {}
+
+
+def render_tool_call(name: str, arguments: Any) -> str:
+    return f"<tool_call>{json.dumps({'name': name, 'arguments': tool_arguments(arguments)})}</tool_call>"
+
+
+def canonical_tool(tool: dict[str, Any]) -> dict[str, Any]:
+    """A tool as vLLM validates it (`type` is always "function"), without the fields that are not set."""
+    function = tool.get("function") or {}
+    return {"type": "function", "function": {k: function[k] for k in FUNCTION_FIELDS if function.get(k) is not None}}
 
 
 def tools_block(tools: Sequence[dict[str, Any]]) -> str:
-    return TOOLS_HEADER.format(tools="\n".join(json.dumps(t) for t in tools))
+    return TOOLS_INTRO + "\n".join(json.dumps(canonical_tool(t)) for t in tools) + TOOLS_OUTRO
 
 
 def supports_native_tools(tokenizer: Any) -> bool:
@@ -139,3 +162,92 @@ def parse_answer(text: str, tools: Sequence[dict[str, Any]] | None) -> ParsedAns
         )
     rest = TOOL_CALL.sub("", text).strip()
     return ParsedAnswer(rest or None, calls)
+
+
+# ------------------------------------------------------------------------------------------------------------------
+# The same rendering as a Jinja chat template, for an engine that builds prompts itself (vLLM's --chat-template).
+
+
+def _jinja_literal(text: str) -> str:
+    """`text` as a Jinja string literal (Jinja un-escapes literals with Python's unicode-escape codec)."""
+    return "'" + text.encode("unicode-escape").decode("ascii").replace("'", "\\'") + "'"
+
+
+# Rebuilds `messages` as `to_template_messages` does, then hands them to the model's own template. It expects
+# what vLLM passes a template: tool-call `arguments` already parsed into objects (a JSON string is refused, not
+# guessed at) and tools in vLLM's shape. Every value that outlives a loop iteration lives in the namespace `agl`:
+# a plain `set` inside a Jinja loop is local to it, and would silently drop the tool calls it appended.
+# The word 'developer' below also keeps vLLM from turning developer messages into system ones, which agl's
+# rendering does not do.
+_PREAMBLE = """{#- agl_trainer.chat_format: tools and tool calls as agl renders them; 'developer' and every other role kept -#}
+{%- set agl = namespace(messages=[], text='', parts=[], pairs=[], lines=[]) -%}
+{%- for message in messages -%}
+{%- set content = message.get('content') -%}
+{%- if content is none -%}
+{%- set agl.text = '' -%}
+{%- elif content is string -%}
+{%- set agl.text = content -%}
+{%- elif content is iterable and content is not mapping -%}
+{%- set agl.parts = [] -%}
+{%- for part in content -%}
+{%- if part is string -%}
+{%- set agl.parts = agl.parts + [part] -%}
+{%- elif part is mapping and part.get('type', 'text') == 'text' -%}
+{%- set agl.parts = agl.parts + [part.get('text', '') | string] -%}
+{%- endif -%}
+{%- endfor -%}
+{%- set agl.text = agl.parts | join(SEPARATOR) -%}
+{%- else -%}
+{%- set agl.text = content | string -%}
+{%- endif -%}
+{%- for call in message.get('tool_calls') or [] -%}
+{%- set function = call.get('function') or {} -%}
+{%- set arguments = function.get('arguments') -%}
+{%- if arguments is string -%}
+{{- raise_exception('agl chat template: tool-call arguments must arrive parsed into an object, as vLLM passes them') -}}
+{%- endif -%}
+{%- set call_json = {'name': function.get('name', '') | string, 'arguments': arguments if arguments is mapping else {}} -%}
+{%- set agl.text = agl.text + '<tool_call>' + (call_json | tojson(ensure_ascii=True)) + '</tool_call>' -%}
+{%- endfor -%}
+{%- set agl.messages = agl.messages + [{'role': message.get('role', 'user') | string, 'content': agl.text}] -%}
+{%- endfor -%}
+{%- if tools -%}
+{%- set agl.lines = [] -%}
+{%- for tool in tools -%}
+{%- set function = tool.get('function') or {} -%}
+{%- set agl.pairs = [] -%}
+{%- for key in FIELDS -%}
+{%- if function.get(key) is not none -%}
+{%- set agl.pairs = agl.pairs + [[key, function[key]]] -%}
+{%- endif -%}
+{%- endfor -%}
+{%- set agl.lines = agl.lines + [{'type': 'function', 'function': dict(agl.pairs)} | tojson(ensure_ascii=True)] -%}
+{%- endfor -%}
+{%- set block = INTRO + (agl.lines | join('\\n')) + OUTRO -%}
+{%- if agl.messages and agl.messages[0]['role'] == 'system' -%}
+{%- set first = agl.messages[0]['content'] -%}
+{%- set agl.messages = [{'role': 'system', 'content': (first + '\\n\\n' + block) if first else block}] + agl.messages[1:] -%}
+{%- else -%}
+{%- set agl.messages = [{'role': 'system', 'content': block}] + agl.messages -%}
+{%- endif -%}
+{%- endif -%}
+{%- set messages = agl.messages %}"""
+
+
+def engine_chat_template(tokenizer: Any) -> str | None:
+    """A Jinja chat template that renders every request exactly as `render_prompt(tokenizer, ...)` does, when
+    given what vLLM gives a template; built from this module's constants around the tokenizer's own template.
+    None when the tokenizer's template renders tools itself (then both use that template as it is)."""
+    if supports_native_tools(tokenizer):
+        return None
+    base = getattr(tokenizer, "chat_template", None)
+    if not isinstance(base, str) or not base:
+        raise ValueError("the tokenizer has no chat template to build on")
+    constants = {
+        "SEPARATOR": _jinja_literal(CONTENT_PART_SEPARATOR),
+        "FIELDS": "[" + ", ".join(_jinja_literal(f) for f in FUNCTION_FIELDS) + "]",
+        "INTRO": _jinja_literal(TOOLS_INTRO),
+        "OUTRO": _jinja_literal(TOOLS_OUTRO),
+    }
+    preamble = re.sub(r"\b(SEPARATOR|FIELDS|INTRO|OUTRO)\b", lambda match: constants[match.group(1)], _PREAMBLE)
+    return preamble + base

@@ -132,6 +132,18 @@ def _read_config(path: str | None) -> dict[str, object]:
     default=None,
     help="Generate with an engine in another process (agl engine, vLLM with runtime LoRA) serving the same model.",
 )
+@click.option(
+    "--engine",
+    type=click.Choice(["embedded", "vllm"]),
+    default=None,
+    help="Generate with agl's embedded engine, or a vLLM server agl starts from its own environment (make vllm)."
+    "  [default: embedded]",
+)
+@click.option(
+    "--vllm-python",
+    default=None,
+    help="Python of the environment vLLM runs from (else AGL_VLLM_PYTHON, else .venv-vllm here or in a parent).",
+)
 @click.option("--lr", type=float, default=None, help="Learning rate.  [default: 2e-4]")
 @click.option("--full-finetune", is_flag=True, default=None, help="Train all weights instead of a LoRA adapter.")
 @click.option("--kl", "kl_coef", type=float, default=None, help="KL penalty to the base model (LoRA only).")
@@ -203,8 +215,10 @@ def train(
     unknown = sorted(set(options) - known)
     if unknown:
         raise click.ClickException(f"unknown option(s) in the config: {', '.join(unknown)}")
+    from agl_trainer.backends import EngineError
+
     try:
         config = TrainConfig(agent=agent, policy=PolicyConfig(**policy), **options)  # type: ignore[arg-type]
         TrainingRun(config).run()
-    except (ValueError, FileNotFoundError) as exc:
+    except (ValueError, FileNotFoundError, EngineError) as exc:
         raise click.ClickException(str(exc)) from exc

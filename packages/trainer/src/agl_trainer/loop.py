@@ -40,12 +40,14 @@ from agl.processes import ServerProcess, start_server, start_worker
 from agl.schema import ModelVersionIn, Rollout, RolloutDetail
 from agl.selection import AgentSelection
 from agl.transitions import build_episodes
-from agl_trainer.backends import InferenceBackend, PolicyBackend, RemoteAdapterEngine
+from agl_trainer.backends import InferenceBackend, PolicyBackend
 from agl_trainer.engine import BASE_MODEL, Engine
 from agl_trainer.metrics import MetricsLog
 from agl_trainer.models import load_model, resolve_model
 from agl_trainer.policy import PolicyConfig, PolicyTrainer, agent_adapters, wrap_lora
+from agl_trainer.remote_engine import open_remote_engine
 from agl_trainer.serving import EngineServer
+from agl_trainer.vllm_server import find_vllm_python
 from agl_trainer.waiting import wait_for_rollouts
 
 log = logging.getLogger(__name__)
@@ -71,8 +73,10 @@ class TrainConfig:
     # one LoRA policy per selected agent on the shared base model; the other agents are served by the base model
     per_agent_policies: bool = False
     # an OpenAI-compatible engine in another process serving the same base model (`agl engine`, vLLM with runtime
-    # LoRA loading): rollouts are generated there and each update's adapters are loaded into it; None: embedded
+    # LoRA loading): rollouts are generated there and each update's adapters are loaded into it; None: `engine`
     engine_url: str | None = None
+    engine: str = "embedded"  # or "vllm": a vLLM server agl starts from its own environment (`make vllm`)
+    vllm_python: str | None = None  # that environment's python; None: $AGL_VLLM_PYTHON, else .venv-vllm
     policy: PolicyConfig = field(default_factory=PolicyConfig)
     workers: int = 2
     concurrency: int = 8
@@ -108,8 +112,10 @@ class TrainConfig:
                 problems.append(f"{name} must be ≥ 1, got {getattr(self, name)}")
         if ":" not in self.agent:
             problems.append(f"agent {self.agent!r} must look like 'module:function' or 'path/file.py:function'")
-        if self.engine_url and not self.policy.lora:
-            problems.append("engine_url needs LoRA (the remote engine receives adapters, not full weights)")
+        if self.engine not in ("embedded", "vllm"):
+            problems.append(f"engine must be 'embedded' or 'vllm', got {self.engine!r}")
+        if self.engine_url and self.engine == "vllm":
+            problems.append("engine_url attaches to a running engine: leave engine 'embedded' (or drop engine_url)")
         if self.per_agent_policies and not self.policy.lora:
             problems.append("per_agent_policies needs LoRA (each selected agent trains its own adapter)")
         if problems:
@@ -130,6 +136,8 @@ class TrainingRun:
         self, config: TrainConfig, console: Console | None = None, air_rules: Sequence[AirRule] | None = None
     ) -> None:
         config.validate()
+        if config.engine == "vllm":
+            find_vllm_python(config.vllm_python)  # before any model is loaded: no environment, a clear error now
         self.config = config
         self.console = console or Console()
         self.run_dir = Path(config.run_dir)
@@ -164,15 +172,23 @@ class TrainingRun:
         self.policy: PolicyBackend = PolicyTrainer(
             model, cfg.policy, pad_id=tokenizer.pad_token_id, agent_adapters=self.agent_adapters
         )
-        if cfg.engine_url:
-            # serving happens elsewhere (another `agl engine`, a vLLM server); its adapters get our weights now
-            remote = RemoteAdapterEngine(cfg.engine_url, self.policy, self.run_dir / "published")
-            stack.callback(remote.close)
-            remote.weights_changed()
+        if cfg.engine_url or cfg.engine == "vllm":
+            # serving happens elsewhere (a vLLM server agl starts, another `agl engine`, a vLLM server someone runs):
+            # it gets our weights now, and its log-probs are checked against ours
+            remote, upstream, where = open_remote_engine(
+                url=cfg.engine_url,
+                vllm_python=cfg.vllm_python,
+                model_path=path,
+                model=model,
+                tokenizer=tokenizer,
+                policy=self.policy,
+                run_dir=self.run_dir,
+                console=self.console,
+                stack=stack,
+            )
             self.inference: InferenceBackend = remote
             self.weights_lock: contextlib.AbstractContextManager[Any] = contextlib.nullcontext()
             self.upstream_model = None if self.agent_adapters else "default"
-            upstream, where = cfg.engine_url, cfg.engine_url
         else:
             engine = Engine(model, tokenizer, max_batch=cfg.max_batch).start()
             if self.agent_adapters:
@@ -210,9 +226,12 @@ class TrainingRun:
 
     def _publish(self, step: int, **metadata: Any) -> None:
         """Tell the proxy a new policy version serves from now on (and, per agent, which model serves whom)."""
-        routing: dict[str, Any] = {"upstream_model": self.upstream_model}
+        served = getattr(self.inference, "served_name", None)  # a remote engine names each version's adapters
+        name = served or (lambda adapter: adapter)
+        routing: dict[str, Any] = {"upstream_model": self.upstream_model and name(self.upstream_model)}
         if self.agent_adapters:
-            routing = {"upstream_model": BASE_MODEL, "agent_models": self.agent_adapters}
+            agents = {agent: name(adapter) for agent, adapter in self.agent_adapters.items()}
+            routing = {"upstream_model": BASE_MODEL, "agent_models": agents}
         self.client.publish_model_version(
             ModelVersionIn(name=f"step-{step}", metadata={"step": step, **metadata}, **routing)
         )

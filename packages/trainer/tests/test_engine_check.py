@@ -1,0 +1,88 @@
+"""The start-up probe of an engine in another process: log-probs at the sampling temperature pass; temperature-1
+log-probs (vLLM's default `raw_logprobs`) and another model's are refused with a message that says why."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+import torch
+
+from agl.transitions import Transition
+from agl_trainer.backends import EngineError
+from agl_trainer.chat_format import render_prompt
+from agl_trainer.engine_check import PROBE_TEMPERATURE, TOLERANCE, check_served_logprobs
+from agl_trainer.models import load_model
+from agl_trainer.policy import PolicyConfig, PolicyTrainer, wrap_lora
+
+
+def peaked_policy(tiny_model_dir: Path, seed: int) -> tuple[PolicyTrainer, Any]:
+    """The tiny random model with sharp next-token distributions (a random model's are nearly uniform, and then
+    every temperature gives the same log-probs)."""
+    model, tokenizer = load_model(tiny_model_dir, device="cpu")
+    torch.manual_seed(seed)
+    with torch.no_grad():
+        model.get_output_embeddings().weight.normal_(0, 1.0)
+        model.get_output_embeddings().weight.mul_(8.0)
+    model = wrap_lora(model, PolicyConfig())
+    return PolicyTrainer(model, PolicyConfig(), pad_id=tokenizer.pad_token_id), tokenizer
+
+
+def fake_engine(reporter: PolicyTrainer, tokenizer: Any, temperature: float, noise: float = 0.0) -> httpx.MockTransport:
+    """Answers like vLLM with `return_token_ids`: a fixed answer, with `reporter`'s log-probs at `temperature`."""
+
+    def handle(request: httpx.Request) -> httpx.Response:
+        body = json.loads(request.content)
+        prompt = list(tokenizer(render_prompt(tokenizer, body["messages"]), add_special_tokens=False).input_ids)
+        answer = list(tokenizer("Once upon a time a keeper watched the sea", add_special_tokens=False).input_ids)
+        t = Transition(
+            "r", "t", "a", 0, None, prompt, answer, [1] * len(answer), None, None, [], temperature=temperature
+        )
+        logprobs = [lp + noise for lp in reporter.logprobs([t])[0]]
+        choice = {
+            "index": 0,
+            "message": {"role": "assistant", "content": "..."},
+            "token_ids": answer,
+            "logprobs": {"content": [{"token": "x", "logprob": lp} for lp in logprobs]},
+        }
+        return httpx.Response(200, json={"prompt_token_ids": prompt, "choices": [choice]})
+
+    return httpx.MockTransport(handle)
+
+
+def test_logprobs_at_the_sampling_temperature_pass(tiny_model_dir: Path) -> None:
+    policy, tokenizer = peaked_policy(tiny_model_dir, seed=0)
+    (result,) = check_served_logprobs(
+        "http://engine/v1", policy, [("default@v1", None)], transport=fake_engine(policy, tokenizer, PROBE_TEMPERATURE)
+    )
+    assert result.mean_abs_diff < 1e-6 and result.mean_abs_diff_t1 > 0.1 and result.separation > 0.1
+    # serving in bf16 puts them ~0.01 apart: still the same distribution
+    noisy = fake_engine(policy, tokenizer, PROBE_TEMPERATURE, noise=0.5 * TOLERANCE)
+    assert check_served_logprobs("http://engine/v1", policy, [("m", None)], transport=noisy)
+
+
+def test_temperature_1_logprobs_are_refused_naming_the_vllm_flag(tiny_model_dir: Path) -> None:
+    policy, tokenizer = peaked_policy(tiny_model_dir, seed=0)
+    with pytest.raises(EngineError, match=r"temperature-1 log-probs.*--logprobs-mode processed_logprobs"):
+        check_served_logprobs("http://engine/v1", policy, [("m", None)], transport=fake_engine(policy, tokenizer, 1.0))
+
+
+def test_another_models_logprobs_are_refused(tiny_model_dir: Path) -> None:
+    policy, tokenizer = peaked_policy(tiny_model_dir, seed=0)
+    other, _ = peaked_policy(tiny_model_dir, seed=1)
+    with pytest.raises(EngineError, match=r"differ from the trainer's .* same base model"):
+        check_served_logprobs(
+            "http://engine/v1", policy, [("m", None)], transport=fake_engine(other, tokenizer, PROBE_TEMPERATURE)
+        )
+
+
+def test_an_engine_without_token_ids_is_refused(tiny_model_dir: Path) -> None:
+    policy, _ = peaked_policy(tiny_model_dir, seed=0)
+    plain = httpx.MockTransport(
+        lambda request: httpx.Response(200, json={"choices": [{"index": 0, "message": {"content": "hi"}}]})
+    )
+    with pytest.raises(EngineError, match="without token ids"):
+        check_served_logprobs("http://engine/v1", policy, [("m", None)], transport=plain)
