@@ -4,6 +4,7 @@ rewards, the curve is drawn, and a checkpoint resumes."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 from collections import defaultdict
@@ -216,3 +217,35 @@ def test_langgraph_example_trains_only_the_selected_agents_policies(tmp_path: Pa
     assert all(d.rollout.status.value == "succeeded" for d in details)
     served = {(c.agent_name, c.model) for d in details for c in d.llm_calls}
     assert served == {("writer", "policy-writer"), ("checker", "base"), ("rewriter", "policy-rewriter")}
+
+
+def test_a_two_step_run_logs_to_mlflow_and_tensorboard(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """`--log-to mlflow,tensorboard`: the trackers hold the rows of metrics.jsonl by step, read back with each
+    library's own reader, plus one sample table per evaluation."""
+    pytest.importorskip("mlflow", reason="pip install 'agl-trainer[trackers]'")
+    from mlflow import MlflowClient
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+    model = build_tiny_llama(tmp_path / "tiny")
+    run_dir = tmp_path / "run"
+    run_config = dataclasses.replace(config(run_dir, model, steps=2), log_to=("mlflow", "tensorboard"))
+    TrainingRun(run_config).run()
+    rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    train_steps = [r["step"] for r in rows if r["kind"] == "train"]
+    eval_steps = [r["step"] for r in rows if r["kind"] == "eval"]
+    assert train_steps == [0, 1] and eval_steps == [0, 2]
+
+    client = MlflowClient(tracking_uri=(run_dir / "mlruns").resolve().as_uri())
+    (run,) = client.search_runs([client.get_experiment_by_name("agl").experiment_id])
+    steps = {k: [m.step for m in client.get_metric_history(run.info.run_id, k)] for k in run.data.metrics}
+    assert steps["train/reward_mean"] == train_steps and steps["eval/accuracy"] == eval_steps
+    assert run.data.params["strategy"] == "grpo" and run.data.params["policy.lr"] == "0.01"
+    samples = {a.path for a in client.list_artifacts(run.info.run_id, "samples")}
+    assert samples == {"samples/eval_step_0.json", "samples/eval_step_2.json"}
+
+    events = EventAccumulator(str(run_dir / "tensorboard"), size_guidance={"scalars": 0})
+    events.Reload()
+    assert [e.step for e in events.Scalars("train/reward_mean")] == train_steps
+    assert [e.step for e in events.Scalars("eval/accuracy")] == eval_steps
+    assert {f"train/{k}" for k, v in rows[1].items() if isinstance(v, float)} <= set(events.Tags()["scalars"])

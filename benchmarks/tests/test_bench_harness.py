@@ -108,8 +108,15 @@ def test_recipe_files_are_checked(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize("name", ["spider", "musique", "calc_x"])
 def test_shipped_gpu_recipes_parse_for_their_task(name: str) -> None:
-    options = read_recipe(str(HERE.parent / "recipes" / f"{name}-gpu.toml"), get_task(name))
-    assert options["device"] == "cuda" and options["steps"] > 0
+    from agl_trainer.options import build_config, unknown_keys
+
+    task = get_task(name)
+    options = read_recipe(str(HERE.parent / "recipes" / f"{name}-gpu.toml"), task)
+    assert options["device"] == "cuda" and options["engine"] == "vllm" and options["steps"] > 0
+    assert unknown_keys(options) == []  # every key is an option the trainer knows
+    config = build_config(task.agent, {**options, "train_tasks": [{}], "eval_tasks": [{}], "run_dir": "r"})
+    config.validate()  # and the values pass the checks a run makes before it starts
+    assert config.policy.lr == options["lr"]
 
 
 def test_limit_draws_the_same_rows_every_time_in_file_order() -> None:

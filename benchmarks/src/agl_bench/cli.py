@@ -9,7 +9,9 @@ from typing import Any
 
 import click
 
+from agl_bench.recipes import CPU_DEFAULTS
 from agl_bench.task import TASKS
+from agl_trainer.options import build_config, click_options, merge
 
 
 def _load(task_name: str, split: str | None, data: str | None, limit: int | None, default: str) -> tuple[Any, str, Any]:
@@ -165,29 +167,30 @@ def eval_command(
     show_default=True,
     help="'cpu' (the task's small embedded recipe) or a TOML/JSON file of training options (see benchmarks/recipes/).",
 )
-@click.option("--model", default=None, help="Local model folder or 'bundled' (default: the recipe's).")
 @click.option("--train-split", default=None, help="Default: the task's training split.")
 @click.option("--eval-split", default=None, help="Default: the task's evaluation split.")
 @click.option("--train-limit", type=int, default=None, help="Only N training rows (drawn with a fixed seed).")
 @click.option("--eval-limit", type=int, default=None, help="Only N held-out rows (drawn with a fixed seed).")
-@click.option("--steps", type=int, default=None)
-@click.option("--tasks-per-step", type=int, default=None)
-@click.option("--group-size", type=int, default=None)
-@click.option("--eval-every", type=int, default=None)
-@click.option("--lr", type=float, default=None)
-@click.option("--device", default=None)
-@click.option("--engine-url", default=None, help="Generate with an engine in another process (vLLM with runtime LoRA).")
-@click.option(
-    "--engine",
-    type=click.Choice(["embedded", "vllm"]),
-    default=None,
-    help="agl's embedded engine (default), or a vLLM server agl starts from .venv-vllm.",
-)
-@click.option("--vllm-python", default=None, help="Python of vLLM's environment (else AGL_VLLM_PYTHON / .venv-vllm).")
-@click.option("--per-agent-policies", is_flag=True, default=None, help="One LoRA policy per trained agent.")
 @click.option("--no-air", is_flag=True, help="Leave out the task's automatic intermediate rewards.")
-@click.option("--run-dir", default=None, help="Default runs/bench-train-<task>-<time>.")
-@click.option("--resume", is_flag=True, default=None)
+@click_options(
+    "model",
+    "run_dir",
+    "steps",
+    "tasks_per_step",
+    "group_size",
+    "eval_every",
+    "strategy",
+    "lr",
+    "full_finetune",
+    "device",
+    "engine",
+    "engine_url",
+    "vllm_python",
+    "per_agent_policies",
+    "log_to",
+    "resume",
+    defaults=CPU_DEFAULTS,
+)
 @DATA_OPTION
 @SET_OPTION
 def train_command(
@@ -205,39 +208,28 @@ def train_command(
 ) -> None:
     """Train the LLM of TASK's agent with LightningRL on the embedded trainer: held-out evaluation (greedy) before,
     during and after, learning curve and checkpoints in the run directory."""
-    from dataclasses import fields
-
     from agl_bench.recipes import read_recipe
-    from agl_trainer.loop import TrainConfig, TrainingRun
-    from agl_trainer.policy import PolicyConfig
+    from agl_trainer.backends import EngineError
+    from agl_trainer.loop import TrainingRun
 
     task, train_split, train_rows = _load(task_name, train_split, data, train_limit, "{train}")
     _, eval_split, eval_rows = _load(task_name, eval_split, data, eval_limit, "{eval}")
     try:
-        options = read_recipe(recipe, task)
+        options = merge(read_recipe(recipe, task), flags)
     except ValueError as exc:
         raise click.ClickException(str(exc)) from exc
-    options.update({k: v for k, v in flags.items() if v is not None})
     extra = _task_options(settings)
     options["train_tasks"] = [{**row, **extra} for row in train_rows]
     options["eval_tasks"] = [{**row, **extra} for row in eval_rows]
     options["train_agents"] = agents or options.get("train_agents") or ",".join(task.trainable_agents)
     options.setdefault("run_dir", f"runs/bench-train-{task.name}-{time.strftime('%Y%m%d-%H%M%S')}")
-    options["run_dir"] = Path(str(options["run_dir"]))
     options["air"] = not no_air
-    policy_keys = {f.name for f in fields(PolicyConfig)}
-    policy = {k: options.pop(k) for k in list(options) if k in policy_keys}
-    unknown = sorted(set(options) - {f.name for f in fields(TrainConfig)})
-    if unknown:
-        raise click.ClickException(f"unknown training option(s) in the recipe: {', '.join(unknown)}")
     click.echo(
         f"agl bench train {task.name}: {len(train_rows)} {train_split} rows, held-out {len(eval_rows)} "
         f"{eval_split} rows, agents {options['train_agents']}"
     )
-    from agl_trainer.backends import EngineError
-
     try:
-        config = TrainConfig(agent=task.agent, policy=PolicyConfig(**policy), **options)
+        config = build_config(task.agent, options, where=f"recipe {recipe}")
         TrainingRun(config, air_rules=task.air_rules()).run()
     except (ValueError, FileNotFoundError, EngineError) as exc:
         raise click.ClickException(str(exc)) from exc

@@ -1,11 +1,12 @@
-"""`agl engine` (and, later, `agl train`): commands agl-trainer adds to the `agl` command line."""
+"""`agl engine` and `agl train`: the commands agl-trainer adds to the `agl` command line."""
 
 from __future__ import annotations
 
 import logging
-import socket
 
 import click
+
+from agl_trainer.options import build_config, click_options, merge, read_option_file
 
 
 @click.command()
@@ -26,8 +27,7 @@ import click
 def engine(model: str, host: str, port: int, device: str, max_batch: int, served_model: str, log_level: str) -> None:
     """Serve a model with the embedded engine behind an OpenAI-compatible API that returns exact token ids
     (point `agl serve --upstream` at it). Prints `AGL_ENGINE_READY <base url>` once it accepts requests."""
-    import uvicorn
-
+    from agl import asgi
     from agl_trainer.engine import Engine
     from agl_trainer.models import load_model, resolve_model
     from agl_trainer.serving import create_app
@@ -41,16 +41,15 @@ def engine(model: str, host: str, port: int, device: str, max_batch: int, served
         raise click.ClickException(str(exc)) from exc
     llm, tokenizer = load_model(path, device=device)
     eng = Engine(llm, tokenizer, max_batch=max_batch).start()
-    sock = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET, socket.SOCK_STREAM)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    sock.bind((host, port))
-    sock.listen(1024)
-    bound_host, bound_port = sock.getsockname()[:2]
-    click.echo(f"AGL_ENGINE_READY http://{bound_host}:{bound_port}/v1", err=False)
-    click.echo(f"model {path} on {eng.device}, batches of up to {max_batch}", err=True)
-    config = uvicorn.Config(create_app(eng, served_model), log_level=log_level, access_log=False)
     try:
-        uvicorn.Server(config).run(sockets=[sock])
+        sock = asgi.bind(host, port)  # requests made right after the announcement wait in the backlog
+    except OSError as exc:
+        eng.close()
+        raise click.ClickException(f"cannot listen on {host}:{port}: {exc}") from exc
+    click.echo(f"AGL_ENGINE_READY {asgi.url_of(sock)}/v1", err=False)
+    click.echo(f"model {path} on {eng.device}, batches of up to {max_batch}", err=True)
+    try:
+        asgi.serve(create_app(eng, served_model), sock, log_level=log_level)
     finally:
         eng.close()
 
@@ -77,93 +76,37 @@ def _read_tasks(path: str, what: str) -> list[object]:
     return tasks
 
 
-def _read_config(path: str | None) -> dict[str, object]:
-    if path is None:
-        return {}
-    import json
-    from pathlib import Path
-
-    import tomllib
-
-    file = Path(path)
-    if not file.exists():
-        raise click.ClickException(f"config file {file} does not exist")
-    try:
-        data = tomllib.loads(file.read_text()) if file.suffix == ".toml" else json.loads(file.read_text())
-    except (ValueError, tomllib.TOMLDecodeError) as exc:
-        raise click.ClickException(f"config file {file} is not valid: {exc}") from exc
-    if not isinstance(data, dict):
-        raise click.ClickException(f"config file {file} must hold a table/object of options")
-    return {str(k).replace("-", "_"): v for k, v in data.items()}
-
-
 @click.command()
 @click.argument("agent", required=False)
 @click.option("--example", type=click.Choice(sorted(EXAMPLES)), help="Train a built-in example (agent and tasks).")
 @click.option("--tasks", "tasks_file", help="Training tasks: JSONL, one task input per line.")
 @click.option("--eval-tasks", "eval_file", help="Held-out tasks: JSONL, one task input per line.")
 @click.option("--config", "config_file", help="TOML or JSON file with any of these options (the flags win).")
-@click.option("--model", default=None, help="Local Hugging Face model folder, or 'bundled' (default).")
-@click.option("--run-dir", default=None, help="Where the store, checkpoints, metrics and plot go.")
-@click.option("--steps", type=int, default=None, help="Policy updates.  [default: 20]")
-@click.option("--tasks-per-step", type=int, default=None, help="Tasks per step.  [default: 8]")
-@click.option("--group-size", type=int, default=None, help="Rollouts per task (the GRPO group).  [default: 4]")
-@click.option("--eval-every", type=int, default=None, help="Evaluate every k steps.  [default: 5]")
-@click.option(
-    "--strategy",
-    type=click.Choice(["broadcast", "discounted", "grpo", "step"]),
-    default=None,
-    help="Credit assignment.  [default: grpo]",
-)
-@click.option(
-    "--agents",
+@click_options(
+    "model",
+    "run_dir",
+    "steps",
+    "tasks_per_step",
+    "group_size",
+    "eval_every",
+    "strategy",
     "train_agents",
-    default=None,
-    help="Agents whose calls are trained, e.g. writer,rewriter (else AGL_TRAIN_AGENTS, else all).",
+    "per_agent_policies",
+    "engine",
+    "engine_url",
+    "vllm_python",
+    "lr",
+    "full_finetune",
+    "kl_coef",
+    "workers",
+    "concurrency",
+    "device",
+    "temperature",
+    "eval_temperature",
+    "seed",
+    "log_to",
+    "resume",
 )
-@click.option(
-    "--per-agent-policies",
-    is_flag=True,
-    default=None,
-    help="One LoRA policy per selected agent on the shared base model (the others run on the base model).",
-)
-@click.option(
-    "--engine-url",
-    default=None,
-    help="Generate with an engine in another process (agl engine, vLLM with runtime LoRA) serving the same model.",
-)
-@click.option(
-    "--engine",
-    type=click.Choice(["embedded", "vllm"]),
-    default=None,
-    help="Generate with agl's embedded engine, or a vLLM server agl starts from its own environment (make vllm)."
-    "  [default: embedded]",
-)
-@click.option(
-    "--vllm-python",
-    default=None,
-    help="Python of the environment vLLM runs from (else AGL_VLLM_PYTHON, else .venv-vllm here or in a parent).",
-)
-@click.option("--lr", type=float, default=None, help="Learning rate.  [default: 2e-4]")
-@click.option("--full-finetune", is_flag=True, default=None, help="Train all weights instead of a LoRA adapter.")
-@click.option("--kl", "kl_coef", type=float, default=None, help="KL penalty to the base model (LoRA only).")
-@click.option("--workers", type=int, default=None, help="Worker processes.  [default: 2]")
-@click.option("--concurrency", type=int, default=None, help="Rollouts at once per worker.  [default: 8]")
-@click.option("--device", default=None, help="cpu, cuda, ... or auto.")
-@click.option(
-    "--temperature",
-    type=float,
-    default=None,
-    help="Sampling temperature of training rollouts (when the agent sets none).  [default: 1.0]",
-)
-@click.option(
-    "--eval-temperature",
-    type=float,
-    default=None,
-    help="Decoding of evaluation rollouts (0: greedy).  [default: the --temperature]",
-)
-@click.option("--seed", type=int, default=None)
-@click.option("--resume", is_flag=True, default=None, help="Continue from the run directory's latest checkpoint.")
 def train(
     agent: str | None,
     example: str | None,
@@ -177,14 +120,15 @@ def train(
     Writes metrics.jsonl, learning_curve.png and checkpoints to the run directory."""
     import importlib
     import time
-    from dataclasses import fields
     from pathlib import Path
 
-    from agl_trainer.loop import TrainConfig, TrainingRun
-    from agl_trainer.policy import PolicyConfig
+    from agl_trainer.backends import EngineError
+    from agl_trainer.loop import TrainingRun
 
-    options = _read_config(config_file)
-    options.update({k: v for k, v in flags.items() if v is not None})
+    try:
+        options = merge(read_option_file(config_file) if config_file else None, flags)
+    except ValueError as exc:
+        raise click.ClickException(str(exc)) from exc
     if example:
         module = importlib.import_module(EXAMPLES[example])
         agent = agent or f"{module.__name__}:solve"
@@ -192,7 +136,7 @@ def train(
         options.setdefault("eval_tasks", module.eval_tasks())
         for key, value in getattr(module, "RECOMMENDED", {}).items():
             options.setdefault(key, value)
-    agent = agent or options.pop("agent", None)  # type: ignore[assignment]
+    agent = agent or options.pop("agent", None)
     if not agent:
         raise click.ClickException("name the AGENT to train (module:function), or use --example calculator")
     if tasks_file:
@@ -204,21 +148,10 @@ def train(
             raise click.ClickException(f"no {key.replace('_', ' ')}: give {what} FILE (or --example)")
         if isinstance(options[key], str):
             options[key] = _read_tasks(str(options[key]), key.replace("_", " "))
-    policy_keys = {f.name for f in fields(PolicyConfig)}
-    policy = {k: options.pop(k) for k in list(options) if k in policy_keys}
-    if options.pop("full_finetune", False):
-        policy["lora"] = False
     name = example or Path(agent.split(":")[0]).stem
     options.setdefault("run_dir", Path("runs") / f"train-{name}-{time.strftime('%Y%m%d-%H%M%S')}")
-    options["run_dir"] = Path(str(options["run_dir"]))
-    known = {f.name for f in fields(TrainConfig)}
-    unknown = sorted(set(options) - known)
-    if unknown:
-        raise click.ClickException(f"unknown option(s) in the config: {', '.join(unknown)}")
-    from agl_trainer.backends import EngineError
-
     try:
-        config = TrainConfig(agent=agent, policy=PolicyConfig(**policy), **options)  # type: ignore[arg-type]
+        config = build_config(agent, options, where=config_file or "the options")
         TrainingRun(config).run()
     except (ValueError, FileNotFoundError, EngineError) as exc:
         raise click.ClickException(str(exc)) from exc

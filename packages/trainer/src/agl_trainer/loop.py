@@ -27,7 +27,7 @@ import time
 from collections import Counter
 from collections.abc import Sequence
 from contextlib import ExitStack
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
@@ -41,85 +41,18 @@ from agl.schema import ModelVersionIn, Rollout, RolloutDetail
 from agl.selection import AgentSelection
 from agl.transitions import build_episodes
 from agl_trainer.backends import InferenceBackend, PolicyBackend
+from agl_trainer.config import TrainConfig as TrainConfig  # re-exported: the run and its config, together
 from agl_trainer.engine import BASE_MODEL, Engine
 from agl_trainer.metrics import MetricsLog
 from agl_trainer.models import load_model, resolve_model
-from agl_trainer.policy import PolicyConfig, PolicyTrainer, agent_adapters, wrap_lora
+from agl_trainer.policy import PolicyTrainer, agent_adapters, wrap_lora
 from agl_trainer.remote_engine import open_remote_engine
 from agl_trainer.serving import EngineServer
+from agl_trainer.trackers import open_trackers
 from agl_trainer.vllm_server import find_vllm_python
 from agl_trainer.waiting import wait_for_rollouts
 
 log = logging.getLogger(__name__)
-
-
-@dataclass
-class TrainConfig:
-    agent: str  # `module:function` or `path/file.py:function`, decorated with @agl.rollout
-    train_tasks: list[Any]
-    eval_tasks: list[Any]
-    run_dir: Path
-    model: str = "bundled"
-    device: str = "auto"
-    steps: int = 20
-    tasks_per_step: int = 8
-    group_size: int = 4
-    eval_every: int = 5
-    strategy: str = "grpo"
-    gamma: float = 1.0
-    merge_prefixes: bool = False
-    max_transition_tokens: int = 2048
-    train_agents: str | None = None  # `writer,rewriter`; None: AGL_TRAIN_AGENTS, else every agent
-    # one LoRA policy per selected agent on the shared base model; the other agents are served by the base model
-    per_agent_policies: bool = False
-    # an OpenAI-compatible engine in another process serving the same base model (`agl engine`, vLLM with runtime
-    # LoRA loading): rollouts are generated there and each update's adapters are loaded into it; None: `engine`
-    engine_url: str | None = None
-    engine: str = "embedded"  # or "vllm": a vLLM server agl starts from its own environment (`make vllm`)
-    vllm_python: str | None = None  # that environment's python; None: $AGL_VLLM_PYTHON, else .venv-vllm
-    policy: PolicyConfig = field(default_factory=PolicyConfig)
-    workers: int = 2
-    concurrency: int = 8
-    max_batch: int = 16
-    temperature: float = 1.0  # sampling temperature of training rollouts whose agent sets none
-    eval_temperature: float | None = None  # decoding of evaluation rollouts; None: `temperature` (0: greedy)
-    seed: int = 0
-    success_threshold: float = 1.0
-    air: bool = True
-    checkpoint_every: int = 5
-    rollout_timeout_s: float = 600.0
-    max_attempts: int = 2
-    resume: bool = False
-
-    def validate(self) -> None:
-        problems = []
-        if not self.train_tasks:
-            problems.append("no training tasks")
-        if not self.eval_tasks:
-            problems.append("no evaluation tasks")
-        for name in (
-            "steps",
-            "tasks_per_step",
-            "group_size",
-            "eval_every",
-            "workers",
-            "concurrency",
-            "max_batch",
-            "checkpoint_every",
-            "max_attempts",
-        ):
-            if int(getattr(self, name)) < 1:
-                problems.append(f"{name} must be ≥ 1, got {getattr(self, name)}")
-        if ":" not in self.agent:
-            problems.append(f"agent {self.agent!r} must look like 'module:function' or 'path/file.py:function'")
-        if self.engine not in ("embedded", "vllm"):
-            problems.append(f"engine must be 'embedded' or 'vllm', got {self.engine!r}")
-        if self.engine_url and self.engine == "vllm":
-            problems.append("engine_url attaches to a running engine: leave engine 'embedded' (or drop engine_url)")
-        if self.per_agent_policies and not self.policy.lora:
-            problems.append("per_agent_policies needs LoRA (each selected agent trains its own adapter)")
-        if problems:
-            raise ValueError("invalid training configuration: " + "; ".join(problems))
 
 
 @dataclass
@@ -391,6 +324,9 @@ class TrainingRun:
                 "elapsed_min": (time.monotonic() - self.t0) / 60,
             }
         )
+        self.metrics.samples(
+            step, [_sample_row(t, r) for t, r in zip(cfg.eval_tasks[:SAMPLE_ROWS], rollouts[:SAMPLE_ROWS], strict=True)]
+        )
         self.console.print(f"[bold]eval after {step} steps: accuracy {accuracy:.3f} ({correct}/{len(rollouts)})[/]")
         return accuracy
 
@@ -433,6 +369,12 @@ class TrainingRun:
     def run(self) -> RunSummary:
         cfg = self.config
         with ExitStack() as stack:
+            if cfg.log_to:
+                saved = _jsonable(asdict(cfg))
+                params = {k: v for k, v in saved.items() if k not in ("train_tasks", "eval_tasks", "policy")}
+                params.update({f"policy.{k}": v for k, v in saved["policy"].items()})
+                self.metrics.trackers = open_trackers(cfg.log_to, self.run_dir, self.run_dir.name, params)
+                stack.callback(self.metrics.close)
             self._start(stack)
             start = self._resume() if cfg.resume else 0
             if start == 0:
@@ -461,6 +403,20 @@ class TrainingRun:
             f"metrics {self.metrics.path}"
         )
         return summary
+
+
+SAMPLE_ROWS = 16  # rollouts per evaluation in the trackers' sample tables (all of them are in the store)
+
+
+def _sample_row(task: Any, rollout: Rollout) -> dict[str, Any]:
+    text = task if isinstance(task, str) else json.dumps(task, ensure_ascii=False, default=str)
+    return {
+        "rollout_id": rollout.id,
+        "task": text[:300],
+        "status": rollout.status.value,
+        "reward": rollout.final_reward,
+        "error": (rollout.error or "").split("\n", 1)[0][:200] or None,
+    }
 
 
 def _agent_name(spec: str) -> str:

@@ -69,6 +69,22 @@ SPECS: dict[str, Spec] = {
             "Generate with an engine in another process (agl engine, vLLM with runtime LoRA) serving the same model.",
             type=str,
         ),
+        Spec(
+            "engine",
+            "Generate with agl's embedded engine, or a vLLM server agl starts from its own environment (make vllm).",
+            choices=lambda: ["embedded", "vllm"],
+        ),
+        Spec(
+            "vllm_python",
+            "Python of the environment vLLM runs from (else AGL_VLLM_PYTHON, else .venv-vllm here or in a parent).",
+            type=str,
+        ),
+        Spec(
+            "log_to",
+            "Experiment trackers that also get the metrics, curve and eval samples: mlflow, tensorboard, wandb "
+            "(comma-separated; each an optional extra: pip install 'agl-trainer[trackers]').",
+            type=str,
+        ),
         Spec("lr", "Learning rate."),
         Spec("full_finetune", "Train all weights instead of a LoRA adapter.", is_flag=True),
         Spec("kl_coef", "KL penalty to the base model (LoRA only).", flag="--kl"),
@@ -84,8 +100,7 @@ SPECS: dict[str, Spec] = {
 
 
 def _dataclass_defaults() -> dict[str, Any]:
-    from agl_trainer.loop import TrainConfig
-    from agl_trainer.policy import PolicyConfig
+    from agl_trainer.config import PolicyConfig, TrainConfig
 
     out: dict[str, Any] = {}
     for cls in (TrainConfig, PolicyConfig):
@@ -101,8 +116,7 @@ def _dataclass_defaults() -> dict[str, Any]:
 def known_keys() -> frozenset[str]:
     """Every key an option file or recipe may hold: the fields of TrainConfig (the policy's as flat keys) and of
     PolicyConfig, and `full_finetune`."""
-    from agl_trainer.loop import TrainConfig
-    from agl_trainer.policy import PolicyConfig
+    from agl_trainer.config import PolicyConfig, TrainConfig
 
     names = {f.name for f in fields(TrainConfig)} | {f.name for f in fields(PolicyConfig)}
     return frozenset(names - {"policy"}) | {"full_finetune"}
@@ -118,7 +132,7 @@ def click_options(*keys: str, defaults: Mapping[str, Any] | None = None) -> Call
             spec = SPECS[key]
             default = shown.get(key)
             help_text = spec.help
-            if not spec.is_flag and default is not None:
+            if not spec.is_flag and default not in (None, (), []):
                 help_text += f"  [default: {default}]"
             kwargs: dict[str, Any] = {"default": None, "help": help_text}
             if spec.is_flag:
@@ -163,8 +177,7 @@ def unknown_keys(keys: Iterable[str]) -> list[str]:
 def build_config(agent: str, options: Mapping[str, Any], *, where: str = "the options") -> Any:
     """The `TrainConfig` of `agent` with `options` (flags, option file, recipe merged): PolicyConfig fields go to
     the policy, `full_finetune` turns LoRA off. Unknown keys are a ValueError naming them and the known ones."""
-    from agl_trainer.loop import TrainConfig
-    from agl_trainer.policy import PolicyConfig
+    from agl_trainer.config import PolicyConfig, TrainConfig
 
     options = dict(options)
     options.pop("agent", None)

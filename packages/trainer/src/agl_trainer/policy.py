@@ -34,22 +34,8 @@ from typing import Any
 import torch
 
 from agl.transitions import Transition
+from agl_trainer.config import PolicyConfig as PolicyConfig  # re-exported beside the trainer it configures
 from agl_trainer.packing import pack
-
-
-@dataclass
-class PolicyConfig:
-    lr: float = 2e-4
-    clip_low: float = 0.2
-    clip_high: float = 0.28
-    kl_coef: float = 0.0
-    max_grad_norm: float = 1.0
-    micro_batch_tokens: int = 16384  # sequence tokens per forward/backward pass; gradients accumulate over passes
-    lora: bool = True
-    lora_rank: int = 16
-    lora_alpha: int = 32
-    lora_targets: tuple[str, ...] = ("q_proj", "k_proj", "v_proj", "o_proj")
-    weight_decay: float = 0.0
 
 
 @dataclass

@@ -1,0 +1,103 @@
+"""What a training run is asked to do: `TrainConfig` (the run) and `PolicyConfig` (the update), plain data.
+
+Kept apart from the modules that do the work so that reading a config's defaults (the CLI's help, option files,
+recipes: agl_trainer.options) imports neither torch nor the trainer.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from agl_trainer.trackers import parse_trackers
+
+
+@dataclass
+class PolicyConfig:
+    lr: float = 2e-4
+    clip_low: float = 0.2
+    clip_high: float = 0.28
+    kl_coef: float = 0.0
+    max_grad_norm: float = 1.0
+    micro_batch_tokens: int = 16384  # sequence tokens per forward/backward pass; gradients accumulate over passes
+    lora: bool = True
+    lora_rank: int = 16
+    lora_alpha: int = 32
+    lora_targets: tuple[str, ...] = ("q_proj", "k_proj", "v_proj", "o_proj")
+    weight_decay: float = 0.0
+
+
+@dataclass
+class TrainConfig:
+    agent: str  # `module:function` or `path/file.py:function`, decorated with @agl.rollout
+    train_tasks: list[Any]
+    eval_tasks: list[Any]
+    run_dir: Path
+    model: str = "bundled"
+    device: str = "auto"
+    steps: int = 20
+    tasks_per_step: int = 8
+    group_size: int = 4
+    eval_every: int = 5
+    strategy: str = "grpo"
+    gamma: float = 1.0
+    merge_prefixes: bool = False
+    max_transition_tokens: int = 2048
+    train_agents: str | None = None  # `writer,rewriter`; None: AGL_TRAIN_AGENTS, else every agent
+    # one LoRA policy per selected agent on the shared base model; the other agents are served by the base model
+    per_agent_policies: bool = False
+    # an OpenAI-compatible engine in another process serving the same base model (`agl engine`, vLLM with runtime
+    # LoRA loading): rollouts are generated there and each update's adapters are loaded into it; None: `engine`
+    engine_url: str | None = None
+    engine: str = "embedded"  # or "vllm": a vLLM server agl starts from its own environment (`make vllm`)
+    vllm_python: str | None = None  # that environment's python; None: $AGL_VLLM_PYTHON, else .venv-vllm
+    policy: PolicyConfig = field(default_factory=PolicyConfig)
+    workers: int = 2
+    concurrency: int = 8
+    max_batch: int = 16
+    temperature: float = 1.0  # sampling temperature of training rollouts whose agent sets none
+    eval_temperature: float | None = None  # decoding of evaluation rollouts; None: `temperature` (0: greedy)
+    seed: int = 0
+    success_threshold: float = 1.0
+    air: bool = True
+    checkpoint_every: int = 5
+    rollout_timeout_s: float = 600.0
+    max_attempts: int = 2
+    resume: bool = False
+    # experiment trackers that get the metrics rows, the curve and eval samples: "mlflow", "tensorboard", "wandb"
+    log_to: tuple[str, ...] = ()
+
+    def validate(self) -> None:
+        problems = []
+        if not self.train_tasks:
+            problems.append("no training tasks")
+        if not self.eval_tasks:
+            problems.append("no evaluation tasks")
+        for name in (
+            "steps",
+            "tasks_per_step",
+            "group_size",
+            "eval_every",
+            "workers",
+            "concurrency",
+            "max_batch",
+            "checkpoint_every",
+            "max_attempts",
+        ):
+            if int(getattr(self, name)) < 1:
+                problems.append(f"{name} must be ≥ 1, got {getattr(self, name)}")
+        if ":" not in self.agent:
+            problems.append(f"agent {self.agent!r} must look like 'module:function' or 'path/file.py:function'")
+        if self.engine not in ("embedded", "vllm"):
+            problems.append(f"engine must be 'embedded' or 'vllm', got {self.engine!r}")
+        if self.engine_url and self.engine == "vllm":
+            problems.append("engine_url attaches to a running engine: leave engine 'embedded' (or drop engine_url)")
+        try:
+            self.log_to = parse_trackers(self.log_to)
+        except ValueError as exc:
+            problems.append(str(exc))
+        if self.per_agent_policies and not self.policy.lora:
+            problems.append("per_agent_policies needs LoRA (each selected agent trains its own adapter)")
+        if problems:
+            raise ValueError("invalid training configuration: " + "; ".join(problems))
