@@ -13,7 +13,15 @@ from agl_trainer.trackers import metric_values, open_trackers, parse_trackers
 
 ROWS = [
     {"kind": "eval", "step": 0, "accuracy": 0.25, "n": 4, "reward_mean": 0.25, "elapsed_min": 0.1},
-    {"kind": "train", "step": 0, "reward_mean": 0.4, "success_rate": 0.4, "loss": 0.12, "note": "text", "kl": float("nan")},
+    {
+        "kind": "train",
+        "step": 0,
+        "reward_mean": 0.4,
+        "success_rate": 0.4,
+        "loss": 0.12,
+        "note": "text",
+        "kl": float("nan"),
+    },
     {"kind": "train", "step": 1, "reward_mean": 0.6, "success_rate": 0.5, "loss": 0.08, "note": "x", "kl": 0.01},
     {"kind": "eval", "step": 2, "accuracy": 0.75, "n": 4, "reward_mean": 0.7, "elapsed_min": 0.3},
 ]
@@ -21,7 +29,11 @@ SAMPLES = [{"rollout_id": "ro-1", "task": "2+3", "answer": "5", "reward": 1.0}]
 
 
 def test_metric_values_keep_numbers_under_their_kind() -> None:
-    assert metric_values(ROWS[1]) == {"train/reward_mean": 0.4, "train/success_rate": 0.4, "train/loss": 0.12}  # no text, no NaN, no step
+    assert metric_values(ROWS[1]) == {
+        "train/reward_mean": 0.4,
+        "train/success_rate": 0.4,
+        "train/loss": 0.12,
+    }  # no text, no NaN, no step
     assert metric_values({"kind": "eval", "step": 1, "ok": True}) == {}  # booleans are not metrics
 
 
