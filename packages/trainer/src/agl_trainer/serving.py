@@ -30,7 +30,7 @@ from starlette.routing import Route
 
 from agl.asgi import ThreadedServer
 from agl.protocol import HEADER_ROLLOUT_MODE, error_bytes
-from agl_trainer.adapters import AdapterError, load_adapter, loaded_adapters, unload_adapter
+from agl_trainer.lora_weights import AdapterError, load_adapter, loaded_adapters, unload_adapter
 from agl_trainer.chat_format import parse_answer, render_prompt
 from agl_trainer.engine import BASE_MODEL, Engine, GenerationRequest, GenerationResult
 
