@@ -254,7 +254,7 @@ def test_bulk_rollout_details_match_the_one_by_one_read(store: Store) -> None:
 
 def test_a_store_from_the_previous_schema_is_migrated_in_place_keeping_its_data(tmp_path: Path) -> None:
     from agl.schema import ModelVersionIn
-    from agl.store.sqlite import SCHEMA_VERSION
+    from agl.store.schema import SCHEMA_VERSION
 
     s = Store(tmp_path)
     (rollout_id,) = enqueue(s)

@@ -1,0 +1,251 @@
+"""Read queries, as functions of a (reader) connection: WAL lets them run beside the writer.
+
+Rows that become records are fetched as plain tuples, in the column order of agl.store.schema, and mapped by
+agl.store.rows; only the few answers used for decisions are read by column name.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from collections.abc import Iterable, Iterator, Sequence
+from typing import Any
+
+from agl.schema import (
+    Attempt,
+    AttemptStatus,
+    Attribution,
+    LLMCall,
+    ModelVersion,
+    Reward,
+    Rollout,
+    RolloutDetail,
+    RolloutStatus,
+    Span,
+    Task,
+)
+from agl.store import rows
+from agl.store.errors import NotFoundError
+from agl.store.schema import (
+    ATTEMPT_COLUMNS,
+    LLM_CALL_COLUMNS,
+    MODEL_VERSION_COLUMNS,
+    REWARD_COLUMNS,
+    ROLLOUT_COLUMNS,
+    SPAN_COLUMNS,
+    TASK_COLUMNS,
+    columns,
+)
+
+_TASKS = f"SELECT {columns(TASK_COLUMNS)} FROM tasks"
+_ROLLOUTS = f"SELECT {columns(ROLLOUT_COLUMNS)} FROM rollouts"
+_ATTEMPTS = f"SELECT {columns(ATTEMPT_COLUMNS)} FROM attempts"
+_SPANS = f"SELECT {columns(SPAN_COLUMNS)} FROM spans"
+_LLM_CALLS = f"SELECT {columns(LLM_CALL_COLUMNS)} FROM llm_calls"
+_REWARDS = f"SELECT {columns(REWARD_COLUMNS)} FROM rewards"
+_CHUNK = 500  # ids per `IN (...)`: well under SQLite's limit on bound parameters
+
+
+def _tuples(conn: sqlite3.Connection, sql: str, args: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
+    cur = conn.cursor()
+    cur.row_factory = None  # tuples: a sqlite3.Row per row costs more than the mapping that follows
+    return cur.execute(sql, args).fetchall()
+
+
+def _marks(n: int) -> str:
+    return ",".join("?" * n)
+
+
+def get_task(conn: sqlite3.Connection, task_id: str) -> Task:
+    found = _tuples(conn, f"{_TASKS} WHERE id=?", (task_id,))
+    if not found:
+        raise NotFoundError(f"task {task_id!r} does not exist")
+    return rows.task(found[0])
+
+
+def get_rollout(conn: sqlite3.Connection, rollout_id: str) -> Rollout:
+    found = _tuples(conn, f"{_ROLLOUTS} WHERE id=?", (rollout_id,))
+    if not found:
+        raise NotFoundError(f"rollout {rollout_id!r} does not exist")
+    return rows.rollout(found[0])
+
+
+def get_rollouts(conn: sqlite3.Connection, ids: Sequence[str]) -> list[Rollout]:
+    if not ids:
+        return []
+    return [rows.rollout(r) for r in _tuples(conn, f"{_ROLLOUTS} WHERE id IN ({_marks(len(ids))})", tuple(ids))]
+
+
+def list_rollouts(
+    conn: sqlite3.Connection, *, status: str | None = None, step: int | None = None, limit: int = 100, offset: int = 0
+) -> tuple[list[Rollout], int]:
+    where: list[str] = []
+    args: list[Any] = []
+    if status is not None:
+        where.append("status=?")
+        args.append(status)
+    if step is not None:
+        where.append("step=?")
+        args.append(step)
+    clause = f" WHERE {' AND '.join(where)}" if where else ""
+    total = conn.execute(f"SELECT COUNT(*) FROM rollouts{clause}", args).fetchone()[0]
+    found = _tuples(conn, f"{_ROLLOUTS}{clause} ORDER BY created_at, rowid LIMIT ? OFFSET ?", (*args, limit, offset))
+    return [rows.rollout(r) for r in found], int(total)
+
+
+def status_counts(conn: sqlite3.Connection) -> dict[str, int]:
+    return dict(_tuples(conn, "SELECT status, COUNT(*) FROM rollouts GROUP BY status"))
+
+
+def attempts(conn: sqlite3.Connection, rollout_id: str) -> list[Attempt]:
+    return [rows.attempt(r) for r in _tuples(conn, f"{_ATTEMPTS} WHERE rollout_id=? ORDER BY number", (rollout_id,))]
+
+
+def spans(conn: sqlite3.Connection, rollout_id: str) -> list[Span]:
+    return [rows.span(r) for r in _tuples(conn, f"{_SPANS} WHERE rollout_id=? ORDER BY start_time", (rollout_id,))]
+
+
+def llm_calls(conn: sqlite3.Connection, rollout_id: str, attempt_id: str | None = None) -> list[LLMCall]:
+    if attempt_id is None:
+        found = _tuples(conn, f"{_LLM_CALLS} WHERE rollout_id=? ORDER BY attempt_id, seq", (rollout_id,))
+    else:
+        found = _tuples(
+            conn, f"{_LLM_CALLS} WHERE rollout_id=? AND attempt_id=? ORDER BY seq", (rollout_id, attempt_id)
+        )
+    return list(map(rows.llm_call_reader(), found))
+
+
+def rewards(conn: sqlite3.Connection, rollout_id: str) -> list[Reward]:
+    return [
+        rows.reward(r) for r in _tuples(conn, f"{_REWARDS} WHERE rollout_id=? ORDER BY timestamp, id", (rollout_id,))
+    ]
+
+
+def _detail(
+    rollout: Rollout,
+    task: Task,
+    attempts: list[Attempt],
+    spans: list[Span],
+    llm_calls: list[LLMCall],
+    rewards: list[Reward],
+) -> RolloutDetail:
+    values = {"rollout": rollout, "task": task, "attempts": attempts, "spans": spans}
+    values.update(llm_calls=llm_calls, rewards=rewards)
+    return rows.trusted(RolloutDetail, values)
+
+
+def rollout_detail(conn: sqlite3.Connection, rollout_id: str) -> RolloutDetail:
+    rollout = get_rollout(conn, rollout_id)
+    return _detail(
+        rollout,
+        get_task(conn, rollout.task_id),
+        attempts(conn, rollout_id),
+        spans(conn, rollout_id),
+        llm_calls(conn, rollout_id),
+        rewards(conn, rollout_id),
+    )
+
+
+def rollout_details(conn: sqlite3.Connection, rollout_ids: Sequence[str]) -> list[RolloutDetail]:
+    """`rollout_detail` of many rollouts in a few queries (the trainer's read path); unknown ids are skipped."""
+    out: list[RolloutDetail] = []
+    for start in range(0, len(rollout_ids), _CHUNK):
+        chunk = list(rollout_ids[start : start + _CHUNK])
+        where = f"rollout_id IN ({_marks(len(chunk))})"
+        found = {
+            r.id: r for r in map(rows.rollout, _tuples(conn, f"{_ROLLOUTS} WHERE id IN ({_marks(len(chunk))})", chunk))
+        }
+        task_ids = sorted({r.task_id for r in found.values()})
+        tasks = {
+            t.id: t for t in map(rows.task, _tuples(conn, f"{_TASKS} WHERE id IN ({_marks(len(task_ids))})", task_ids))
+        }
+        # (attempts, spans, LLM calls, rewards) of each rollout found; rows naming another rollout are skipped
+        parts: dict[str | None, tuple[list[Attempt], list[Span], list[LLMCall], list[Reward]]] = {
+            rid: ([], [], [], []) for rid in found
+        }
+        for a in map(rows.attempt, _tuples(conn, f"{_ATTEMPTS} WHERE {where} ORDER BY number", chunk)):
+            if (part := parts.get(a.rollout_id)) is not None:
+                part[0].append(a)
+        for s in map(rows.span, _tuples(conn, f"{_SPANS} WHERE {where} ORDER BY start_time", chunk)):
+            if (part := parts.get(s.rollout_id)) is not None:
+                part[1].append(s)
+        # in the index's order (rollout, attempt, seq): no sort, and each call follows the one before it in its
+        # attempt, which lets it share its prompt's ints
+        calls = _tuples(conn, f"{_LLM_CALLS} WHERE {where} ORDER BY rollout_id, attempt_id, seq", chunk)
+        for c in map(rows.llm_call_reader(), calls):
+            if (part := parts.get(c.rollout_id)) is not None:
+                part[2].append(c)
+        for r in map(rows.reward, _tuples(conn, f"{_REWARDS} WHERE {where} ORDER BY timestamp, id", chunk)):
+            if (part := parts.get(r.rollout_id)) is not None:
+                part[3].append(r)
+        for rid in chunk:
+            if rid in found:
+                rollout = found[rid]
+                out.append(_detail(rollout, tasks[rollout.task_id], *parts[rid]))
+    return out
+
+
+def iter_final_llm_calls(conn: sqlite3.Connection, *, step: int | None = None) -> Iterator[tuple[Rollout, LLMCall]]:
+    """LLM calls of the final attempt of every succeeded rollout: the calls that may become transitions."""
+    args: tuple[Any, ...] = (RolloutStatus.succeeded.value,)
+    clause = ""
+    if step is not None:
+        clause, args = " AND r.step=?", (*args, step)
+    cur = conn.cursor()
+    cur.row_factory = None
+    found = cur.execute(
+        f"SELECT r.id, {columns(LLM_CALL_COLUMNS, 'c')} FROM rollouts r JOIN llm_calls c"
+        f" ON c.attempt_id = r.final_attempt_id WHERE r.status=?{clause} ORDER BY r.created_at, r.rowid, c.seq",
+        args,
+    )
+    read = rows.llm_call_reader()
+    rollout: Rollout | None = None
+    for row in found:
+        if rollout is None or rollout.id != row[0]:
+            rollout = get_rollout(conn, row[0])
+        yield rollout, read(row[1:])
+
+
+def counts(conn: sqlite3.Connection) -> dict[str, int]:
+    return {
+        table: int(conn.execute(f"SELECT COUNT(*) FROM {table}").fetchone()[0])
+        for table in ("tasks", "rollouts", "attempts", "spans", "llm_calls", "rewards")
+    }
+
+
+def unknown_rollouts(conn: sqlite3.Connection, ids: Iterable[str | None]) -> set[str]:
+    """Which of these rollout ids do not exist (None is not an id: spans may belong to no rollout)."""
+    wanted = sorted({i for i in ids if i is not None})
+    found: set[str] = set()
+    for start in range(0, len(wanted), _CHUNK):
+        chunk = wanted[start : start + _CHUNK]
+        found.update(r[0] for r in conn.execute(f"SELECT id FROM rollouts WHERE id IN ({_marks(len(chunk))})", chunk))
+    return set(wanted) - found
+
+
+def latest_model_version(conn: sqlite3.Connection) -> ModelVersion | None:
+    found = _tuples(conn, f"SELECT {columns(MODEL_VERSION_COLUMNS)} FROM model_versions ORDER BY version DESC LIMIT 1")
+    return rows.model_version(found[0]) if found else None
+
+
+def max_llm_seq(conn: sqlite3.Connection, attempt_id: str) -> int | None:
+    """The highest sequence number of the attempt's stored LLM calls (None: it has none)."""
+    value = conn.execute("SELECT MAX(seq) FROM llm_calls WHERE attempt_id=?", (attempt_id,)).fetchone()[0]
+    return None if value is None else int(value)
+
+
+def missed_attribution(conn: sqlite3.Connection, attempt_id: str) -> int:
+    row = conn.execute(
+        "SELECT count(*) FROM llm_calls WHERE attempt_id=? AND attribution=?", (attempt_id, Attribution.missed.value)
+    ).fetchone()
+    return int(row[0])
+
+
+def attempt_state(conn: sqlite3.Connection, attempt_id: str) -> tuple[str, str, bool] | None:
+    """(rollout id, mode, running) of an attempt, or None if there is no such attempt."""
+    row = conn.execute(
+        "SELECT a.rollout_id, r.mode, a.status FROM attempts a JOIN rollouts r ON r.id = a.rollout_id WHERE a.id=?",
+        (attempt_id,),
+    ).fetchone()
+    if row is None:
+        return None
+    return str(row[0]), str(row[1]), row[2] == AttemptStatus.running.value

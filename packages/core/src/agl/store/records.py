@@ -1,0 +1,72 @@
+"""Writing the records runs produce: tasks, spans, LLM calls, rewards and model versions (functions of the
+writer's connection; `agl.store.lifecycle` holds the rules about who may still report)."""
+
+from __future__ import annotations
+
+import sqlite3
+from collections.abc import Sequence
+from typing import Any
+
+from agl.schema import AttemptStatus, ModelVersion, ModelVersionIn, RewardIn, Task, TaskIn
+from agl.store import rows
+from agl.store.codec import dumps, loads
+from agl.store.errors import ConflictError
+from agl.store.ids import new_id
+from agl.store.schema import LLM_CALL_COLUMNS, REWARD_COLUMNS, SPAN_COLUMNS, TASK_COLUMNS, columns, insert_sql
+
+_INSERT_TASK = insert_sql("tasks", TASK_COLUMNS)
+# OTLP exporters re-send on timeouts: the (trace_id, span_id) key makes a re-sent span a no-op.
+_INSERT_SPAN = insert_sql("spans", SPAN_COLUMNS, verb="INSERT OR IGNORE")
+_INSERT_LLM_CALL = insert_sql("llm_calls", LLM_CALL_COLUMNS)
+# a reward's uid (made by the client) makes a re-sent reward a no-op
+_INSERT_REWARD = insert_sql("rewards", REWARD_COLUMNS[:-1], verb="INSERT OR IGNORE")
+_INSERT_MODEL_VERSION = insert_sql(
+    "model_versions", ("name", "upstream_model", "metadata", "created_at", "agent_models")
+)
+_ATTEMPT_ID = LLM_CALL_COLUMNS.index("attempt_id")
+_TRAINABLE = LLM_CALL_COLUMNS.index("trainable")
+_NOT_TRAINABLE_REASON = LLM_CALL_COLUMNS.index("not_trainable_reason")
+
+
+def insert_task(conn: sqlite3.Connection, task: TaskIn, now: float) -> Task:
+    """Store a task; the same task sent twice is stored once, a different task under a taken id is refused."""
+    task_id = task.id or new_id("task")
+    try:
+        conn.execute(_INSERT_TASK, (task_id, dumps(task.input), dumps(task.metadata), now))
+    except sqlite3.IntegrityError as exc:
+        existing = conn.execute(f"SELECT {columns(TASK_COLUMNS)} FROM tasks WHERE id=?", (task_id,)).fetchone()
+        if existing is not None and loads(existing["input"]) == task.input:
+            return rows.task(existing)  # the same task sent twice: idempotent
+        raise ConflictError(f"task {task_id!r} already exists with a different input") from exc
+    return Task(id=task_id, input=task.input, metadata=task.metadata, created_at=now)
+
+
+def insert_spans(conn: sqlite3.Connection, values: Sequence[tuple[Any, ...]]) -> int:
+    """Store spans (`rows.span_values`); returns how many were new."""
+    return conn.executemany(_INSERT_SPAN, values).rowcount
+
+
+def insert_llm_call(conn: sqlite3.Connection, values: tuple[Any, ...]) -> None:
+    """Store one call (`rows.llm_call_values`); a trainable call whose attempt has already ended is kept, marked
+    not trainable. One statement on the success path: the writer runs it without a savepoint."""
+    row = conn.execute("SELECT status FROM attempts WHERE id=?", (values[_ATTEMPT_ID],)).fetchone()
+    if row is not None and row["status"] != AttemptStatus.running.value and values[_TRAINABLE]:
+        # it was under way when its attempt ended (the agent gave up, a lease expired): kept, not trained
+        values = (
+            *values[:_TRAINABLE],
+            0,
+            f"its attempt had ended ({row['status']}) before the call finished",
+            *values[_NOT_TRAINABLE_REASON + 1 :],
+        )
+    conn.execute(_INSERT_LLM_CALL, values)
+
+
+def insert_reward(conn: sqlite3.Connection, reward: RewardIn) -> None:
+    conn.execute(_INSERT_REWARD, rows.reward_values(reward))
+
+
+def insert_model_version(conn: sqlite3.Connection, mv: ModelVersionIn, now: float) -> ModelVersion:
+    cur = conn.execute(
+        _INSERT_MODEL_VERSION, (mv.name, mv.upstream_model, dumps(mv.metadata), now, dumps(mv.agent_models))
+    )
+    return ModelVersion(version=int(cur.lastrowid or 0), created_at=now, **mv.model_dump())

@@ -1,0 +1,207 @@
+"""The store's file: its tables, its connection settings, its version and the migrations between versions."""
+
+from __future__ import annotations
+
+import sqlite3
+from pathlib import Path
+
+DB_FILENAME = "agl.sqlite"
+SCHEMA_VERSION = 4
+# How to bring a store written by an older agl up to date, step by step; applied once, in one transaction, when
+# the store is opened (data already stored is kept).
+MIGRATIONS: dict[int, tuple[str, ...]] = {
+    # 1 → 2: per-agent policies (model versions name the backend model each agent's calls go to)
+    1: ("ALTER TABLE model_versions ADD COLUMN agent_models TEXT",),
+    # 2 → 3: the sampling temperature of each LLM call (the trainer computes log-probs at that temperature)
+    2: ("ALTER TABLE llm_calls ADD COLUMN temperature REAL",),
+    # 3 → 4: token ids and log-probs of LLM calls are written as binary BLOBs (agl.store.codec), not JSON text.
+    # Nothing is rewritten: SQLite is dynamically typed, so rows written as JSON text stay where they are and
+    # the decoder reads both, and opening a big store never copies its whole history. The version still moves,
+    # so an older agl refuses the store instead of misreading the BLOBs.
+    3: (),
+}
+
+# Each table's columns in the field order of its model (agl.schema), so a row selected with these names maps
+# onto the model by position. Every statement names its columns: a column added by a migration lands last in
+# an old store but may sit elsewhere in a new one.
+TASK_COLUMNS = ("id", "input", "metadata", "created_at")
+ROLLOUT_COLUMNS = (
+    "id",
+    "task_id",
+    "mode",
+    "step",
+    "status",
+    "attempt_count",
+    "max_attempts",
+    "timeout_s",
+    "created_at",
+    "started_at",
+    "ended_at",
+    "final_attempt_id",
+    "final_reward",
+    "error",
+    "metadata",
+)
+ATTEMPT_COLUMNS = (
+    "id",
+    "rollout_id",
+    "number",
+    "worker_id",
+    "status",
+    "started_at",
+    "heartbeat_at",
+    "lease_expires_at",
+    "ended_at",
+    "error",
+)
+SPAN_COLUMNS = (
+    "trace_id",
+    "span_id",
+    "parent_id",
+    "name",
+    "kind",
+    "start_time",
+    "end_time",
+    "attributes",
+    "status",
+    "status_message",
+    "events",
+    "rollout_id",
+    "attempt_id",
+    "agent_name",
+    "source",
+)
+LLM_CALL_COLUMNS = (
+    "id",
+    "rollout_id",
+    "attempt_id",
+    "seq",
+    "agent_name",
+    "attribution",
+    "trace_id",
+    "parent_span_id",
+    "model_requested",
+    "model",
+    "model_version",
+    "request",
+    "response_message",
+    "prompt_ids",
+    "response_ids",
+    "logprobs",
+    "finish_reason",
+    "stream",
+    "status",
+    "http_status",
+    "error",
+    "started_at",
+    "latency_s",
+    "usage",
+    "trainable",
+    "not_trainable_reason",
+    "temperature",
+)
+REWARD_COLUMNS = (
+    "rollout_id",
+    "attempt_id",
+    "value",
+    "name",
+    "source",
+    "after_llm_seq",
+    "span_id",
+    "agent_name",
+    "timestamp",
+    "metadata",
+    "uid",
+    "id",
+)
+MODEL_VERSION_COLUMNS = ("name", "upstream_model", "agent_models", "metadata", "version", "created_at")
+
+DDL = """
+CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS tasks (
+  id TEXT PRIMARY KEY, input TEXT NOT NULL, metadata TEXT NOT NULL, created_at REAL NOT NULL);
+CREATE TABLE IF NOT EXISTS rollouts (
+  id TEXT PRIMARY KEY, task_id TEXT NOT NULL REFERENCES tasks(id), mode TEXT NOT NULL, step INTEGER,
+  status TEXT NOT NULL, attempt_count INTEGER NOT NULL, max_attempts INTEGER NOT NULL, timeout_s REAL,
+  created_at REAL NOT NULL, started_at REAL, ended_at REAL, final_attempt_id TEXT, final_reward REAL,
+  error TEXT, metadata TEXT NOT NULL);
+CREATE INDEX IF NOT EXISTS rollouts_status ON rollouts(status, created_at);
+CREATE INDEX IF NOT EXISTS rollouts_task ON rollouts(task_id);
+CREATE TABLE IF NOT EXISTS attempts (
+  id TEXT PRIMARY KEY, rollout_id TEXT NOT NULL REFERENCES rollouts(id), number INTEGER NOT NULL,
+  worker_id TEXT NOT NULL, status TEXT NOT NULL, started_at REAL NOT NULL, heartbeat_at REAL NOT NULL,
+  lease_expires_at REAL NOT NULL, ended_at REAL, error TEXT);
+CREATE INDEX IF NOT EXISTS attempts_rollout ON attempts(rollout_id);
+CREATE INDEX IF NOT EXISTS attempts_lease ON attempts(status, lease_expires_at);
+CREATE TABLE IF NOT EXISTS spans (
+  trace_id TEXT NOT NULL, span_id TEXT NOT NULL, parent_id TEXT, name TEXT NOT NULL, kind TEXT NOT NULL,
+  start_time REAL NOT NULL, end_time REAL NOT NULL, attributes TEXT NOT NULL, status TEXT NOT NULL,
+  status_message TEXT, events TEXT NOT NULL, rollout_id TEXT, attempt_id TEXT, agent_name TEXT,
+  source TEXT NOT NULL, PRIMARY KEY (trace_id, span_id));
+CREATE INDEX IF NOT EXISTS spans_rollout ON spans(rollout_id);
+CREATE TABLE IF NOT EXISTS llm_calls (
+  id TEXT PRIMARY KEY, rollout_id TEXT NOT NULL, attempt_id TEXT NOT NULL, seq INTEGER NOT NULL,
+  agent_name TEXT, attribution TEXT NOT NULL, trace_id TEXT, parent_span_id TEXT, model_requested TEXT,
+  model TEXT, model_version INTEGER, request TEXT NOT NULL, response_message TEXT, prompt_ids BLOB,
+  response_ids BLOB, logprobs BLOB, finish_reason TEXT, stream INTEGER NOT NULL, status TEXT NOT NULL,
+  http_status INTEGER NOT NULL, error TEXT, started_at REAL NOT NULL, latency_s REAL NOT NULL,
+  usage TEXT NOT NULL, trainable INTEGER NOT NULL, not_trainable_reason TEXT, temperature REAL,
+  UNIQUE (attempt_id, seq));
+CREATE INDEX IF NOT EXISTS llm_calls_rollout ON llm_calls(rollout_id, attempt_id, seq);
+CREATE TABLE IF NOT EXISTS rewards (
+  id INTEGER PRIMARY KEY AUTOINCREMENT, rollout_id TEXT NOT NULL, attempt_id TEXT NOT NULL,
+  value REAL NOT NULL, name TEXT NOT NULL, source TEXT NOT NULL, after_llm_seq INTEGER, span_id TEXT,
+  agent_name TEXT, timestamp REAL NOT NULL, metadata TEXT NOT NULL, uid TEXT UNIQUE);
+CREATE INDEX IF NOT EXISTS rewards_rollout ON rewards(rollout_id);
+CREATE TABLE IF NOT EXISTS model_versions (
+  version INTEGER PRIMARY KEY AUTOINCREMENT, name TEXT NOT NULL, upstream_model TEXT,
+  metadata TEXT NOT NULL, created_at REAL NOT NULL, agent_models TEXT);
+"""
+
+
+def columns(names: tuple[str, ...], alias: str = "") -> str:
+    """`a, b, c` (or `x.a, x.b, x.c`), for a SELECT that maps onto a model by position."""
+    prefix = f"{alias}." if alias else ""
+    return ", ".join(prefix + name for name in names)
+
+
+def insert_sql(table: str, names: tuple[str, ...], *, verb: str = "INSERT") -> str:
+    return f"{verb} INTO {table} ({columns(names)}) VALUES ({', '.join('?' * len(names))})"
+
+
+def connect(path: Path) -> sqlite3.Connection:
+    """A connection in autocommit mode (transactions are explicit) that any thread may use; its rows are
+    `sqlite3.Row`s (bulk reads ask their cursors for plain tuples, see agl.store.reads)."""
+    conn = sqlite3.connect(path, isolation_level=None, check_same_thread=False, timeout=30)
+    conn.execute("PRAGMA journal_mode=WAL")
+    # NORMAL keeps every commit durable against a crash of this process (the WAL is written before the
+    # commit returns); only an OS crash or power loss can drop the last commits.
+    conn.execute("PRAGMA synchronous=NORMAL")
+    conn.execute("PRAGMA foreign_keys=ON")
+    conn.row_factory = sqlite3.Row
+    return conn
+
+
+def migrate(conn: sqlite3.Connection, path: Path | str = "the store") -> None:
+    """Create what is missing and bring an older store up to SCHEMA_VERSION; refuse a newer one."""
+    conn.executescript(DDL)
+    row = conn.execute("SELECT value FROM meta WHERE key='schema_version'").fetchone()
+    if row is None:
+        conn.execute("INSERT INTO meta(key, value) VALUES ('schema_version', ?)", (str(SCHEMA_VERSION),))
+        return
+    found = int(row[0])
+    if found > SCHEMA_VERSION:
+        raise RuntimeError(
+            f"{path} has store schema version {found}, newer than this agl's {SCHEMA_VERSION}: upgrade agl"
+        )
+    if found < SCHEMA_VERSION:
+        conn.execute("BEGIN IMMEDIATE")
+        try:
+            for version in range(found, SCHEMA_VERSION):
+                for statement in MIGRATIONS[version]:
+                    conn.execute(statement)
+            conn.execute("UPDATE meta SET value=? WHERE key='schema_version'", (str(SCHEMA_VERSION),))
+        except BaseException:
+            conn.execute("ROLLBACK")
+            raise
+        conn.execute("COMMIT")
