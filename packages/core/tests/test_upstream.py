@@ -59,12 +59,16 @@ def test_render_prompt_follows_the_documented_template() -> None:
         {"role": "tool", "tool_call_id": "c", "content": "2"},
     ]
     text = render_prompt(messages, TOOLS)
-    assert text.startswith("<|tools|>\n[{")
-    assert '<|user|>\nhi\n<|assistant|>\n<tool_call>{"arguments":{"x":1},"name":"f"}</tool_call>\n<|tool|>\n2\n' in text
+    # tools and tool calls in the Hermes format the trainer's chat format uses (agl.hermes)
+    assert text.startswith("<|tools|>\n# Tools\n") and '\n{"type": "function", "function": {"name": ' in text
+    assert (
+        '<|user|>\nhi\n<|assistant|>\n<tool_call>{"name": "f", "arguments": {"x": 1}}</tool_call>\n<|tool|>\n2\n'
+        in text
+    )
     assert text.endswith("<|assistant|>\n")
     assert (
         render_prompt([{"role": "user", "content": [{"type": "text", "text": "a"}, {"type": "text", "text": "b"}]}])
-        == "<|user|>\nab\n<|assistant|>\n"
+        == "<|user|>\na\nb\n<|assistant|>\n"
     )
 
 

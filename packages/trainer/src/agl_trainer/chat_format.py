@@ -3,25 +3,12 @@ assistant message (with tool calls).
 
 Tool format. Models whose chat template takes `tools` (Qwen, Llama 3.1, ...) get them natively. For the others,
 SmolLM2 included, the tools are described in the system message in the Hermes style most small instruct models
-have seen:
-
-    # Tools
-    You can call these functions. Each is described by a JSON schema:
-    <tools>
-    {"type": "function", "function": {...}}            (one line per tool)
-    </tools>
-    To call a function, write <tool_call>{"name": "<function name>", "arguments": {<arguments>}}</tool_call>
-
-An assistant message that called tools is rendered with the same `<tool_call>...</tool_call>` blocks after its
+have seen, rendered by `agl.hermes` (shared with the scripted test backend, normalised as vLLM normalises a
+request): an assistant message that called tools is rendered with `<tool_call>...</tool_call>` blocks after its
 text; tool results are messages of role `tool`. When parsing, every `<tool_call>` block must hold a JSON object
 with a known function `name` and object `arguments`; if any block is malformed, the whole answer is returned as
-plain text (finish reason `stop`), never a crash and never a half-parsed call.
-
-What is rendered is normalised the way vLLM hands a request to a chat template, so that a vLLM server started
-with `engine_chat_template(tokenizer)` builds the very same prompt (`agl_trainer.vllm` does so): the text parts
-of a message's content are joined with newlines; a tool call's `arguments` are the JSON object they encode
-(anything that is not a JSON object becomes `{}`); a tool is written as `{"type": "function", "function":
-{name, description, parameters, strict}}` with only the fields that are set, in that order.
+plain text (finish reason `stop`), never a crash and never a half-parsed call. A vLLM server started with
+`engine_chat_template(tokenizer)` builds the very same prompt.
 """
 
 from __future__ import annotations
@@ -33,53 +20,37 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-TOOL_CALL = re.compile(r"<tool_call>(.*?)</tool_call>", re.DOTALL)
-TOOLS_INTRO = "# Tools\nYou can call these functions. Each is described by a JSON schema:\n<tools>\n"
-TOOLS_OUTRO = (
-    '\n</tools>\nTo call a function, write <tool_call>{"name": "<function name>", "arguments": {<arguments>}}'
-    "</tool_call>"
+from agl.hermes import (
+    CONTENT_PART_SEPARATOR,
+    FUNCTION_FIELDS,
+    TOOL_CALL,
+    TOOLS_INTRO,
+    TOOLS_OUTRO,
+    canonical_tool,
+    message_text,
+    render_tool_call,
+    render_tool_calls,
+    tool_arguments,
+    tools_block,
 )
-CONTENT_PART_SEPARATOR = "\n"  # between the text parts of one message's content (vLLM's choice)
-FUNCTION_FIELDS = ("name", "description", "parameters", "strict")  # what a tool's description keeps, in order
 
-
-def _text(content: Any) -> str:
-    if content is None:
-        return ""
-    if isinstance(content, str):
-        return content
-    if isinstance(content, list):  # OpenAI content parts: the text ones
-        return CONTENT_PART_SEPARATOR.join(
-            p if isinstance(p, str) else str(p.get("text", ""))
-            for p in content
-            if isinstance(p, str) or (isinstance(p, dict) and p.get("type", "text") == "text")
-        )
-    return str(content)
-
-
-def tool_arguments(arguments: Any) -> dict[str, Any]:
-    """A tool call's arguments as the JSON object they encode; anything else (malformed JSON, a list, a number,
-    nothing) as `{}`, which is what vLLM hands its chat template."""
-    if isinstance(arguments, str):
-        try:
-            arguments = json.loads(arguments)
-        except json.JSONDecodeError:
-            return {}
-    return arguments if isinstance(arguments, dict) else {}
-
-
-def render_tool_call(name: str, arguments: Any) -> str:
-    return f"<tool_call>{json.dumps({'name': name, 'arguments': tool_arguments(arguments)})}</tool_call>"
-
-
-def canonical_tool(tool: dict[str, Any]) -> dict[str, Any]:
-    """A tool as vLLM validates it (`type` is always "function"), without the fields that are not set."""
-    function = tool.get("function") or {}
-    return {"type": "function", "function": {k: function[k] for k in FUNCTION_FIELDS if function.get(k) is not None}}
-
-
-def tools_block(tools: Sequence[dict[str, Any]]) -> str:
-    return TOOLS_INTRO + "\n".join(json.dumps(canonical_tool(t)) for t in tools) + TOOLS_OUTRO
+__all__ = [
+    "CONTENT_PART_SEPARATOR",
+    "FUNCTION_FIELDS",
+    "TOOL_CALL",
+    "TOOLS_INTRO",
+    "TOOLS_OUTRO",
+    "ParsedAnswer",
+    "canonical_tool",
+    "engine_chat_template",
+    "parse_answer",
+    "render_prompt",
+    "render_tool_call",
+    "supports_native_tools",
+    "to_template_messages",
+    "tool_arguments",
+    "tools_block",
+]
 
 
 def supports_native_tools(tokenizer: Any) -> bool:
@@ -93,10 +64,7 @@ def to_template_messages(
     """OpenAI messages → plain `{role, content}` messages with tools and tool calls written out as text."""
     out: list[dict[str, str]] = []
     for message in messages:
-        text = _text(message.get("content"))
-        for call in message.get("tool_calls") or []:
-            fn = call.get("function") or {}
-            text += render_tool_call(str(fn.get("name", "")), fn.get("arguments", {}))
+        text = message_text(message.get("content")) + render_tool_calls(message)
         out.append({"role": str(message.get("role", "user")), "content": text})
     if tools:
         block = tools_block(tools)

@@ -10,11 +10,11 @@ is exactly the prompt ids a request gets back, and `encode(text)` the response i
 
 Prompt template (documented so tests can rebuild it):
 
-    <|tools|>\\n{tools as sorted compact JSON}\\n          (only when tools are given)
+    <|tools|>\\n{agl.hermes.tools_block(tools)}\\n      (only when tools are given)
     <|{role}|>\\n{content}{rendered tool calls}\\n        (for each message)
     <|assistant|>\\n
 
-where a tool call is rendered `<tool_call>{"name": ..., "arguments": ...}</tool_call>` (sorted compact JSON).
+where message text and tool calls are rendered by `agl.hermes`, as the trainer's chat format renders them.
 
 Script, first rule that matches:
 1. `force_error:<status>` in the last user message → an OpenAI-style error with that HTTP status;
@@ -48,7 +48,7 @@ from typing import Any
 
 import orjson
 
-from agl import asgi
+from agl import asgi, hermes
 from agl.asgi import ThreadedServer
 from agl.protocol import HEADER_ROLLOUT_MODE, error_bytes
 
@@ -88,33 +88,11 @@ def _dumps(value: Any) -> str:
     return json.dumps(value, sort_keys=True, separators=(",", ":"))
 
 
-def _text_of(content: Any) -> str:
-    if content is None:
-        return ""
-    if isinstance(content, str):
-        return content
-    if isinstance(content, list):  # OpenAI content parts: keep the text ones
-        return "".join(str(p.get("text", "")) for p in content if isinstance(p, dict))
-    return str(content)
-
-
-def render_tool_call(name: str, arguments: Any) -> str:
-    if isinstance(arguments, str):
-        try:
-            arguments = json.loads(arguments)
-        except json.JSONDecodeError:
-            pass
-    return f"<tool_call>{_dumps({'name': name, 'arguments': arguments})}</tool_call>"
-
-
 def render_prompt(messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None = None) -> str:
     """The prompt text the scripted backend builds from a chat request (template in the module docstring)."""
-    parts = [f"<|tools|>\n{_dumps(tools)}\n"] if tools else []
+    parts = [f"<|tools|>\n{hermes.tools_block(tools)}\n"] if tools else []
     for message in messages:
-        text = _text_of(message.get("content"))
-        for call in message.get("tool_calls") or []:
-            fn = call.get("function") or {}
-            text += render_tool_call(str(fn.get("name", "")), fn.get("arguments", ""))
+        text = hermes.message_text(message.get("content")) + hermes.render_tool_calls(message)
         parts.append(f"<|{message.get('role', 'user')}|>\n{text}\n")
     parts.append("<|assistant|>\n")
     return "".join(parts)
@@ -165,7 +143,9 @@ class _Reply:
         messages = request["messages"]
         tools = request.get("tools") or None
         last = messages[-1] if messages else {}
-        last_user = next((_text_of(m.get("content")) for m in reversed(messages) if m.get("role") == "user"), "")
+        last_user = next(
+            (hermes.message_text(m.get("content")) for m in reversed(messages) if m.get("role") == "user"), ""
+        )
         forced = _FORCE_ERROR.search(last_user)
         if forced:
             status = int(forced.group(1))
@@ -175,8 +155,12 @@ class _Reply:
         self.text: str | None = None
         self.finish_reason = "stop"
         arithmetic = _ARITHMETIC.search(last_user)
-        system = "\n".join(_text_of(m.get("content")) for m in messages if m.get("role") in ("system", "developer"))
-        last_tool = next((_text_of(m.get("content")) for m in reversed(messages) if m.get("role") == "tool"), "")
+        system = "\n".join(
+            hermes.message_text(m.get("content")) for m in messages if m.get("role") in ("system", "developer")
+        )
+        last_tool = next(
+            (hermes.message_text(m.get("content")) for m in reversed(messages) if m.get("role") == "tool"), ""
+        )
         pending = _pending_directive_tool(system, messages, tools or [])
         say = _SAY_DIRECTIVE.search(system)
         if pending is not None:
@@ -186,7 +170,7 @@ class _Reply:
             temperature = request.get("temperature")
             text = say.group(1).strip().replace("{tool}", last_tool).replace("{temperature}", str(temperature))
         elif last.get("role") == "tool":
-            text = f"The answer is {_text_of(last.get('content'))}"
+            text = f"The answer is {hermes.message_text(last.get('content'))}"
         elif tools and arithmetic and last.get("role") == "user":
             name = str((tools[0].get("function") or {}).get("name", "tool"))
             self._call(tools[0], {"expression": "".join(arithmetic.groups())}, name=name)
@@ -208,7 +192,7 @@ class _Reply:
             "type": "function",
             "function": {"name": name, "arguments": encoded},
         }
-        self.response_pieces = pieces(render_tool_call(name, encoded))
+        self.response_pieces = pieces(hermes.render_tool_call(name, encoded))
         self.finish_reason = "tool_calls"
 
     @property
