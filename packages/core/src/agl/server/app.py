@@ -419,6 +419,10 @@ class Server:
         async def chat(rollout_id: str, attempt_id: str, request: Request) -> Response:
             return await self.proxy.chat_completions(request, rollout_id, attempt_id)
 
+        @app.post("/rollout/{rollout_id}/attempt/{attempt_id}/v1/responses", tags=["llm proxy"])
+        async def responses(rollout_id: str, attempt_id: str, request: Request) -> Response:
+            return await self.proxy.responses(request, rollout_id, attempt_id)
+
         @app.get("/rollout/{rollout_id}/attempt/{attempt_id}/v1/models", tags=["llm proxy"])
         async def rollout_models(rollout_id: str, attempt_id: str) -> Response:
             return self.proxy.models_response()
@@ -427,11 +431,37 @@ class Server:
         async def models() -> Response:
             return self.proxy.models_response()
 
+        # Any other OpenAI route (embeddings, completions, ...) gets a 404 that says what the proxy serves, not
+        # FastAPI's bare {"detail": "Not Found"}, which an OpenAI client shows without a hint.
+        @app.api_route(
+            "/rollout/{rollout_id}/attempt/{attempt_id}/v1/{rest:path}", methods=_ANY_METHOD, include_in_schema=False
+        )
+        async def unknown_rollout_route(rollout_id: str, attempt_id: str, rest: str, request: Request) -> Response:
+            return _unknown_llm_route(request)
+
+        @app.api_route("/v1/{rest:path}", methods=_ANY_METHOD, include_in_schema=False)
+        async def unknown_fixed_route(rest: str, request: Request) -> Response:
+            return _unknown_llm_route(request)
+
         from agl.server import dashboard
 
         dashboard.add_routes(app, self)
         _document_errors(app)
         return app
+
+
+_ANY_METHOD = ["GET", "POST", "PUT", "PATCH", "DELETE"]
+LLM_ROUTES = (
+    "POST /v1/chat/completions",
+    "POST /v1/responses",
+    "GET /v1/models",
+    "(each also under /rollout/{rollout_id}/attempt/{attempt_id}/v1/...)",
+)
+
+
+def _unknown_llm_route(request: Request) -> Response:
+    message = f"agl's LLM proxy does not serve {request.method} {request.url.path}; it serves: {'; '.join(LLM_ROUTES)}"
+    return JSONResponse(error_body(message, "invalid_request_error", "unknown_route"), status_code=404)
 
 
 class ErrorBody(BaseModel):

@@ -26,6 +26,7 @@ from starlette.responses import Response, StreamingResponse
 
 from agl import protocol
 from agl.schema import Attribution, LLMCall, ModelVersion
+from agl.server import responses as responses_api
 from agl.store import Store, new_id
 from agl.tracing import attributes as attr
 
@@ -258,7 +259,8 @@ class _CallRecord:
 
 
 class LLMProxy:
-    """Serves `/rollout/{rollout_id}/attempt/{attempt_id}/v1/chat/completions` for one store."""
+    """Serves `/rollout/{rollout_id}/attempt/{attempt_id}/v1/chat/completions` (and `/v1/responses`, translated
+    to chat completions) for one store."""
 
     def __init__(self, store: Store, upstream: UpstreamConfig, served_model: str) -> None:
         self.store = store
@@ -352,11 +354,37 @@ class LLMProxy:
                 log.exception("could not store LLM call %s/%s", rec.attempt_id, rec.seq)
 
     async def chat_completions(self, request: Request, rollout_id: str, attempt_id: str) -> Response:
-        raw = await request.body()
         try:
-            body = orjson.loads(raw)
+            body = orjson.loads(await request.body())
         except orjson.JSONDecodeError as exc:
             return openai_error(400, f"request body is not valid JSON: {exc}", "invalid_request_error")
+        return await self.answer_chat(body, request, rollout_id, attempt_id)
+
+    async def responses(self, request: Request, rollout_id: str, attempt_id: str) -> Response:
+        """The Responses API, through the chat path (agl.server.responses says why)."""
+        try:
+            body = orjson.loads(await request.body())
+        except orjson.JSONDecodeError as exc:
+            return openai_error(400, f"request body is not valid JSON: {exc}", "invalid_request_error")
+        if not isinstance(body, dict):
+            return openai_error(400, "the request body must be a JSON object", "invalid_request_error")
+        try:
+            chat = responses_api.to_chat(body)
+        except responses_api.ResponsesRequestError as exc:
+            return openai_error(400, str(exc), "invalid_request_error")
+        answer = await self.answer_chat(chat, request, rollout_id, attempt_id)
+        if answer.status_code != 200:
+            return answer  # an error in the OpenAI envelope, which the Responses API uses too
+        result = responses_api.from_chat(orjson.loads(bytes(answer.body)), body)
+        headers = {k: v for k, v in answer.headers.items() if k == attr.HEADER_LLM_SEQ}
+        if body.get("stream"):
+            return StreamingResponse(
+                iter(list(responses_api.stream_events(result))), media_type="text/event-stream", headers=headers
+            )
+        return Response(orjson.dumps(result), media_type="application/json", headers=headers)
+
+    async def answer_chat(self, body: Any, request: Request, rollout_id: str, attempt_id: str) -> Response:
+        """Check, forward and record one chat-completions request of an attempt."""
         problem = request_problem(body)
         if problem is not None:
             return openai_error(400, problem, "invalid_request_error")

@@ -1,0 +1,142 @@
+"""The OpenAI Responses API on agl's proxy: a real `agl serve` with the scripted upstream, called with the real
+`openai` client — not streamed and streamed, with a function tool, its call and the call's output — recorded with
+exact token ids like a chat completion; unknown OpenAI routes get a 404 that lists what the proxy serves."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import openai
+import pytest
+
+from agl.client import Client
+from agl.processes import ServerProcess, start_server
+from agl.schema import LLMCall
+from agl.testing.upstream import encode, render_prompt
+
+CALC = {
+    "type": "function",
+    "name": "calculator",
+    "description": "Evaluate an arithmetic expression.",
+    "parameters": {"type": "object", "properties": {"expression": {"type": "string"}}, "required": ["expression"]},
+}
+
+
+@pytest.fixture
+def server(tmp_path: Path, upstream: str) -> Iterator[ServerProcess]:
+    proc = start_server(tmp_path / "run", upstream=upstream)
+    yield proc
+    proc.stop()
+
+
+def attempt(server: ServerProcess, client: Client) -> tuple[str, openai.OpenAI]:
+    (rollout,) = client.enqueue("x")
+    (claim,) = httpx.post(f"{server.url}/api/v1/claims", json={"worker_id": "w"}).json()
+    base = f"{server.url}/rollout/{rollout.id}/attempt/{claim['attempt']['id']}/v1"
+    return rollout.id, openai.OpenAI(base_url=base, api_key="k", max_retries=0)
+
+
+def stored(client: Client, rollout_id: str) -> list[LLMCall]:
+    return sorted(client.rollout_detail(rollout_id).llm_calls, key=lambda c: c.seq)
+
+
+def assert_exact(call: LLMCall, text: str) -> None:
+    """The call is trainable, with the ids the backend's tokenizer gives its prompt and answer."""
+    assert call.trainable and call.status == "ok"
+    assert call.prompt_ids == encode(render_prompt(call.request["messages"], call.request.get("tools")))
+    assert call.response_ids == encode(text)
+    assert call.logprobs is not None and len(call.logprobs) == len(call.response_ids)
+
+
+def test_a_tool_call_and_its_output_round_trip_and_are_recorded_exactly(server: ServerProcess) -> None:
+    with Client(server.url) as client:
+        rollout_id, llm = attempt(server, client)
+        first = llm.responses.create(
+            model="m",
+            instructions="You are a calculator.",
+            input="What is 3 * 4?",
+            tools=[CALC],  # type: ignore[list-item]
+        )
+        (call_item,) = first.output
+        assert call_item.type == "function_call" and call_item.name == "calculator"
+        assert json.loads(call_item.arguments) == {"expression": "3*4"}
+        assert first.status == "completed" and first.usage is not None and first.usage.output_tokens > 0
+
+        second = llm.responses.create(
+            model="m",
+            instructions="You are a calculator.",
+            input=[
+                {"role": "user", "content": "What is 3 * 4?"},
+                {
+                    "type": "function_call",
+                    "call_id": call_item.call_id,
+                    "name": "calculator",
+                    "arguments": call_item.arguments,
+                },
+                {"type": "function_call_output", "call_id": call_item.call_id, "output": "12"},
+            ],
+            tools=[CALC],  # type: ignore[list-item]
+        )
+        assert second.output_text == "The answer is 12"
+        calls = stored(client, rollout_id)
+    assert len(calls) == 2
+    # stored as the chat request it was translated to: instructions first, the call and its output as a chat
+    assert calls[1].request["messages"][0] == {"role": "system", "content": "You are a calculator."}
+    assert calls[1].request["messages"][2]["tool_calls"][0]["id"] == call_item.call_id
+    assert calls[1].request["messages"][3] == {"role": "tool", "tool_call_id": call_item.call_id, "content": "12"}
+    assert calls[1].request["tools"][0]["function"]["name"] == "calculator"
+    assert_exact(calls[1], "The answer is 12")
+    assert calls[0].response_message is not None and calls[0].response_message["tool_calls"]
+
+
+def test_a_streamed_response_sends_the_responses_events_and_is_recorded(server: ServerProcess) -> None:
+    with Client(server.url) as client:
+        rollout_id, llm = attempt(server, client)
+        events = list(llm.responses.create(model="m", input="good morning", stream=True))
+        calls = stored(client, rollout_id)
+    kinds = [e.type for e in events]
+    assert kinds[:2] == ["response.created", "response.in_progress"] and kinds[-1] == "response.completed"
+    assert "response.output_text.delta" in kinds and "response.output_item.done" in kinds
+    assert [e.sequence_number for e in events] == list(range(len(events)))
+    text = "".join(e.delta for e in events if e.type == "response.output_text.delta")
+    assert text == "Echo: good morning" == events[-1].response.output_text
+    (call,) = calls
+    assert_exact(call, "Echo: good morning")
+
+
+def test_a_streamed_tool_call_sends_its_arguments(server: ServerProcess) -> None:
+    with Client(server.url) as client:
+        _, llm = attempt(server, client)
+        events = list(llm.responses.create(model="m", input="What is 6 - 2?", tools=[CALC], stream=True))  # type: ignore[list-item]
+    done = [e for e in events if e.type == "response.function_call_arguments.done"]
+    assert len(done) == 1 and "6-2" in done[0].arguments
+    final = events[-1].response.output
+    assert [item.type for item in final] == ["function_call"]
+
+
+def test_what_the_proxy_cannot_translate_is_refused_with_the_reason(server: ServerProcess) -> None:
+    with Client(server.url) as client:
+        rollout_id, llm = attempt(server, client)
+        with pytest.raises(openai.BadRequestError, match="previous_response_id"):
+            llm.responses.create(model="m", input="hi", previous_response_id="resp_1")
+        with pytest.raises(openai.BadRequestError, match="web_search"):
+            llm.responses.create(model="m", input="hi", tools=[{"type": "web_search"}])  # type: ignore[list-item]
+        assert stored(client, rollout_id) == []
+
+
+@pytest.mark.parametrize("where", ["rollout", "fixed"])
+def test_an_unknown_openai_route_gets_a_404_listing_the_routes(server: ServerProcess, where: str) -> None:
+    with Client(server.url) as client:
+        _, llm = attempt(server, client)
+    if where == "fixed":
+        llm = openai.OpenAI(base_url=f"{server.url}/v1", api_key="k", max_retries=0)
+    with pytest.raises(openai.NotFoundError) as info:
+        llm.embeddings.create(model="m", input="hi")
+    message: Any = info.value.message
+    assert "/embeddings" in message and "POST /v1/responses" in message and "POST /v1/chat/completions" in message
+    body = info.value.body
+    assert isinstance(body, dict) and body.get("code") == "unknown_route"
