@@ -47,6 +47,7 @@ def test_a_version_3_store_reads_back_what_was_written(v3_run: Path) -> None:
         assert (first.prompt_ids, first.response_ids, first.logprobs) == (PROMPT, RESPONSE, LOGPROBS)
         assert (second.prompt_ids, second.response_ids, second.logprobs) == (PROMPT + RESPONSE + [11], [12], None)
         assert first.temperature == 0.7 and first.request["messages"][0]["content"] == "2+2?"
+        assert first.agent_key is None and first.agent_name == "solver"  # a column added after version 3
         assert [(r.name, r.value, r.after_llm_seq) for r in detail.rewards if r.name == "tool_ok"] == [
             ("tool_ok", 0.25, 0)
         ]

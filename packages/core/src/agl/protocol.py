@@ -12,6 +12,7 @@ import orjson
 
 # Headers the client adds to LLM requests sent to the proxy (see agl.tracing.http_inject)
 HEADER_AGENT = "x-agl-agent"  # the acting agent's name, percent-encoded UTF-8
+HEADER_AGENT_KEY = "x-agl-agent-key"  # its stable second name (agl.agent(name, key=...)), percent-encoded UTF-8
 HEADER_PARENT_SPAN = "x-agl-parent-span"
 HEADER_TRACEPARENT = "traceparent"
 # On every request that passed through agl's HTTP hook: its absence tells the proxy that the agent used an HTTP

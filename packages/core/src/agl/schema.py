@@ -297,6 +297,9 @@ class LLMCall(_Model):
     # response was drawn from, softmax(logits / temperature), which the trainer's log-probs must match. None:
     # not known (a store written before agl recorded it: temperature 1 is assumed).
     temperature: float | None = None
+    # The acting agent's stable second name, where its scope gave one (a CrewAI role before `{topic}` is filled
+    # in): training selection matches it as well as `agent_name`. Last, as its store column is.
+    agent_key: str | None = None
 
 
 # -------------------------------------------------------------------------------------- model versions

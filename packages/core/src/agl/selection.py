@@ -3,7 +3,8 @@
 One flag picks them: `AGL_TRAIN_AGENTS=writer,rewriter` in the environment, the same key (`train_agents`) in a
 run config, or a keyword argument. An entry with `*`, `?` or `[...]` is a shell-style pattern matched against the
 whole name, case-sensitively (`"*Researcher"` selects CrewAI's `{topic} Senior Data Researcher` whatever the
-topic); any other entry is an exact name. Unselected agents still run and are still traced; their calls only give no
+topic); any other entry is an exact name. An agent may also have a stable second name (its key: for CrewAI, the
+role before `{topic}` is filled in, so `"{topic} Senior Data Researcher"` selects it too); entries match either. Unselected agents still run and are still traced; their calls only give no
 transitions. With no selection every attributed and unattributed call is trained; with one, a call that no
 agent scope named cannot be said to belong to a selected agent, so it is left out (and counted).
 """
@@ -70,12 +71,15 @@ class AgentSelection:
     def patterns(self) -> tuple[str, ...]:
         return tuple(sorted(a for a in self.agents or () if is_pattern(a)))
 
-    def selects(self, agent_name: str | None) -> bool:
+    def selects(self, agent_name: str | None, agent_key: str | None = None) -> bool:
+        """Whether a call of this agent is trained; `agent_key`, the agent's stable second name where it has one
+        (see `agl.agent`), is matched as well as its name."""
         if self.agents is None:
             return True
-        if agent_name is None:
-            return False
-        return agent_name in self.agents or any(fnmatchcase(agent_name, p) for p in self.patterns)
+        return any(
+            name is not None and (name in self.agents or any(fnmatchcase(name, p) for p in self.patterns))
+            for name in (agent_name, agent_key)
+        )
 
     def __str__(self) -> str:
         return "all agents" if self.agents is None else ",".join(sorted(self.agents))

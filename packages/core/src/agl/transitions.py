@@ -125,7 +125,7 @@ class BuildStats:
 
 def _call_reason(call: LLMCall, selection: AgentSelection) -> str | None:
     """Why a call gives no transition, or None if it does."""
-    if not selection.selects(call.agent_name):
+    if not selection.selects(call.agent_name, call.agent_key):
         if call.agent_name is not None:
             return "agent not selected"
         return "agent name lost" if call.attribution.lost else "unattributed"

@@ -44,6 +44,14 @@ def agent_name(agent: Any) -> str | None:
     return name_of_role(getattr(agent, "role", None))
 
 
+def agent_key(agent: Any) -> str | None:
+    """The agent's stable second name: its role before CrewAI filled in the crew's inputs (`{topic} Senior Data
+    Researcher`), when that differs from the role. The role itself changes with every `kickoff(inputs=...)`; the
+    template does not, so `AGL_TRAIN_AGENTS="{topic} Senior Data Researcher"` selects the agent in every run."""
+    original = name_of_role(getattr(agent, "_original_role", None))
+    return original if original is not None and original != agent_name(agent) else None
+
+
 def name_of_role(role: Any) -> str | None:
     """A role with whitespace runs collapsed to one space; None for no role or one that cannot be sent.
 
@@ -82,7 +90,7 @@ def _scoped_sync(original: Callable[..., Any]) -> Callable[..., Any]:
         name = agent_name(self)
         if name is None:  # nothing to name it by: its calls are stored as unattributed, never guessed
             return original(self, *args, **kwargs)
-        with agl.agent(name):
+        with agl.agent(name, key=agent_key(self)):
             try:
                 return original(self, *args, **kwargs)
             finally:
@@ -98,7 +106,7 @@ def _scoped_async(original: Callable[..., Coroutine[Any, Any, Any]]) -> Callable
         name = agent_name(self)
         if name is None:
             return await original(self, *args, **kwargs)
-        with agl.agent(name):
+        with agl.agent(name, key=agent_key(self)):
             try:
                 return await original(self, *args, **kwargs)
             finally:

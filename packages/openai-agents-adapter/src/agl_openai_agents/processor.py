@@ -36,7 +36,7 @@ from agents.tracing import (
 )
 
 import agl
-from agl.tracing.context import current_rollout, enter_agent, exit_agent
+from agl.tracing.context import AgentToken, current_rollout, enter_agent, exit_agent
 
 
 class _ToolFailure:
@@ -86,7 +86,7 @@ class AglTracingProcessor(TracingProcessor):
 
     def __init__(self) -> None:
         # Agent span id -> the token that undoes `enter_agent`; spans may start and end on any thread.
-        self._agent_tokens: dict[str, contextvars.Token[str | None]] = {}
+        self._agent_tokens: dict[str, AgentToken] = {}
         # Function span id -> its failure holder and the token that takes it out of the context again.
         self._tool_failures: dict[str, tuple[_ToolFailure, contextvars.Token[_ToolFailure | None]]] = {}
         self._lock = threading.Lock()

@@ -70,7 +70,8 @@ def selection_summary(selection: AgentSelection, stats: BuildStats) -> Table:
     for agent in sorted(agents, key=lambda a: (a is None, a or "")):
         table.add_row(
             agent if agent is not None else "(unattributed)",
-            "yes" if agent is not None and selection.selects(agent) else "no",
+            # kept calls: selected by the agent's name or by its key (a second name, see agl.agent)
+            "yes" if agent is not None and (selection.selects(agent) or stats.kept_by_agent[agent]) else "no",
             str(stats.kept_by_agent[agent]),
             str(stats.dropped_by_agent[agent]),
         )

@@ -93,6 +93,8 @@ class _CallRecord:
         self.seq = seq
         agent = headers.get(attr.HEADER_AGENT)
         self.agent: str | None = unquote(agent) if agent else None  # percent-encoded UTF-8 (see http_inject)
+        key = headers.get(attr.HEADER_AGENT_KEY) if agent else None
+        self.agent_key: str | None = unquote(key) if key else None
         self.hooked = agent is not None or headers.get(attr.HEADER_HOOK) is not None
         self.parent_span: str | None = headers.get(attr.HEADER_PARENT_SPAN) or None
         self.trace_id: str | None = None
@@ -180,6 +182,7 @@ class _CallRecord:
             attempt_id=self.attempt_id,
             seq=self.seq,
             agent_name=self.agent,
+            agent_key=self.agent_key,
             attribution=Attribution.scope if self.agent else Attribution.unattributed,
             trace_id=self.trace_id,
             parent_span_id=self.parent_span,
@@ -255,6 +258,7 @@ class _CallRecord:
             trainable=reason is None,
             not_trainable_reason=reason,
             temperature=self.temperature,
+            agent_key=self.agent_key,
         )
 
 

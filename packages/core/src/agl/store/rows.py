@@ -163,6 +163,7 @@ def llm_call_values(call: LLMCall) -> tuple[Any, ...]:
         int(call.trainable),
         call.not_trainable_reason,
         call.temperature,
+        call.agent_key,
     )
 
 

@@ -6,7 +6,7 @@ import sqlite3
 from pathlib import Path
 
 DB_FILENAME = "agl.sqlite"
-SCHEMA_VERSION = 4
+SCHEMA_VERSION = 5
 # How to bring a store written by an older agl up to date, step by step; applied once, in one transaction, when
 # the store is opened (data already stored is kept).
 MIGRATIONS: dict[int, tuple[str, ...]] = {
@@ -19,6 +19,8 @@ MIGRATIONS: dict[int, tuple[str, ...]] = {
     # the decoder reads both, and opening a big store never copies its whole history. The version still moves,
     # so an older agl refuses the store instead of misreading the BLOBs.
     3: (),
+    # 4 → 5: an LLM call's agent key (a stable second name of its agent, see agl.agent)
+    4: ("ALTER TABLE llm_calls ADD COLUMN agent_key TEXT",),
 }
 
 # Each table's columns in the field order of its model (agl.schema), so a row selected with these names maps
@@ -99,6 +101,7 @@ LLM_CALL_COLUMNS = (
     "trainable",
     "not_trainable_reason",
     "temperature",
+    "agent_key",
 )
 REWARD_COLUMNS = (
     "rollout_id",
@@ -145,7 +148,7 @@ CREATE TABLE IF NOT EXISTS llm_calls (
   model TEXT, model_version INTEGER, request TEXT NOT NULL, response_message TEXT, prompt_ids BLOB,
   response_ids BLOB, logprobs BLOB, finish_reason TEXT, stream INTEGER NOT NULL, status TEXT NOT NULL,
   http_status INTEGER NOT NULL, error TEXT, started_at REAL NOT NULL, latency_s REAL NOT NULL,
-  usage TEXT NOT NULL, trainable INTEGER NOT NULL, not_trainable_reason TEXT, temperature REAL,
+  usage TEXT NOT NULL, trainable INTEGER NOT NULL, not_trainable_reason TEXT, temperature REAL, agent_key TEXT,
   UNIQUE (attempt_id, seq));
 CREATE INDEX IF NOT EXISTS llm_calls_rollout ON llm_calls(rollout_id, attempt_id, seq);
 CREATE TABLE IF NOT EXISTS rewards (

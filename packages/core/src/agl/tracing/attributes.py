@@ -8,6 +8,7 @@ other instrumentations read the same way.
 # reads them beside the span attribute names.
 from agl.protocol import (
     HEADER_AGENT,
+    HEADER_AGENT_KEY,
     HEADER_ATTEMPT_ID,
     HEADER_HOOK,
     HEADER_LLM_SEQ,
@@ -19,9 +20,11 @@ from agl.protocol import (
 
 __all__ = [
     "AFTER_LLM_SEQ",
+    "AGENT_KEY",
     "AGENT_NAME",
     "ATTEMPT_ID",
     "HEADER_AGENT",
+    "HEADER_AGENT_KEY",
     "HEADER_ATTEMPT_ID",
     "HEADER_HOOK",
     "HEADER_LLM_SEQ",
@@ -41,6 +44,7 @@ __all__ = [
 ROLLOUT_ID = "agl.rollout_id"
 ATTEMPT_ID = "agl.attempt_id"
 AGENT_NAME = "agl.agent.name"
+AGENT_KEY = "agl.agent.key"  # an agent scope's stable second name (agl.agent(name, key=...))
 SPAN_KIND = "agl.span.kind"  # "agent" | "tool" | "llm" | "reward" | "custom"
 TOOL_NAME = "gen_ai.tool.name"
 TOOL_CALL_ID = "gen_ai.tool.call.id"

@@ -105,7 +105,8 @@ def fixed_llm_base_url(server_url: str) -> str:
 
 
 _rollout: contextvars.ContextVar[RolloutContext | None] = contextvars.ContextVar("agl_rollout", default=None)
-_agent: contextvars.ContextVar[str | None] = contextvars.ContextVar("agl_agent", default=None)
+# (name, key): the acting agent's name and, where a framework has one, a stable second name (see `enter_agent`)
+_agent: contextvars.ContextVar[tuple[str, str | None] | None] = contextvars.ContextVar("agl_agent", default=None)
 _span: contextvars.ContextVar[str | None] = contextvars.ContextVar("agl_span", default=None)
 
 
@@ -116,25 +117,38 @@ def current_rollout() -> RolloutContext | None:
 
 def current_agent() -> str | None:
     """The name of the agent scope this code runs in, or None."""
-    return _agent.get()
+    acting = _agent.get()
+    return None if acting is None else acting[0]
+
+
+def current_agent_key() -> str | None:
+    """The stable second name of the acting agent, if its scope gave one."""
+    acting = _agent.get()
+    return None if acting is None else acting[1]
 
 
 def current_span_id() -> str | None:
     return _span.get()
 
 
-def enter_agent(name: str) -> contextvars.Token[str | None]:
+AgentToken = contextvars.Token[tuple[str, str | None] | None]
+
+
+def enter_agent(name: str, key: str | None = None) -> AgentToken:
     """Make `name` the acting agent in this context until `exit_agent(token)`: for framework hooks that see an
-    agent step begin and end as two callbacks run in the same context (`agl.agent` is the `with` form)."""
+    agent step begin and end as two callbacks run in the same context (`agl.agent` is the `with` form).
+
+    `key`: a second name that stays the same where `name` does not, e.g. a CrewAI role before its `{topic}` is
+    filled in; stored beside the name, and training selection matches either."""
     if not name:
         raise ValueError("agent name must be a non-empty string")
     ctx = _rollout.get()
     if ctx is not None:
         ctx.opened_agent_scope()
-    return _agent.set(name)
+    return _agent.set((name, key or None))
 
 
-def exit_agent(token: contextvars.Token[str | None]) -> None:
+def exit_agent(token: AgentToken) -> None:
     """Undo `enter_agent`; a token from another context (a hook that ended elsewhere) is ignored safely."""
     try:
         _agent.reset(token)

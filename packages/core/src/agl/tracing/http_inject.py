@@ -26,13 +26,14 @@ from urllib.parse import quote
 
 from agl.instrumentation import Instrumentor, importable
 from agl.tracing import attributes as attr
-from agl.tracing.context import RolloutContext, current_agent, current_rollout, current_span_id
+from agl.tracing.context import RolloutContext, current_agent, current_agent_key, current_rollout, current_span_id
 
 # Modules with httpx's client API (`Client.send(request, **kw)`, `AsyncClient.send`, `request.url`/`.headers`)
 # through which a supported framework sends LLM requests.
 HTTP_STACKS = ("httpx", "httpx2")
 # the path of an attempt's proxy URL (see agl.tracing.context.llm_base_url)
 _PROXY_PATH = re.compile(r"/rollout/[^/]+/attempt/[^/]+/v1/")
+_HEADER_SAFE = " !#$&'()*+,-./:;<=>?@[]^_`{|}~"  # what an agent name keeps as it is in a header (ASCII only)
 
 
 def attribution_headers(ctx: RolloutContext | None = None) -> dict[str, str]:
@@ -42,7 +43,10 @@ def attribution_headers(ctx: RolloutContext | None = None) -> dict[str, str]:
     agent = current_agent()
     if agent is not None:
         # HTTP header values are ASCII: a name such as "Rédacteur" travels percent-encoded (UTF-8)
-        headers[attr.HEADER_AGENT] = quote(agent, safe=" !#$&'()*+,-./:;<=>?@[]^_`{|}~")
+        headers[attr.HEADER_AGENT] = quote(agent, safe=_HEADER_SAFE)
+        key = current_agent_key()
+        if key is not None:
+            headers[attr.HEADER_AGENT_KEY] = quote(key, safe=_HEADER_SAFE)
     span_id = current_span_id()
     if span_id is not None:
         headers[attr.HEADER_PARENT_SPAN] = span_id

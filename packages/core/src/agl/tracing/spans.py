@@ -106,13 +106,16 @@ def span(name: str, *, kind: str = "custom", attributes: Mapping[str, Any] | Non
 
 
 @contextmanager
-def agent(name: str, **attributes: Any) -> Iterator[SpanHandle]:
+def agent(name: str, *, key: str | None = None, **attributes: Any) -> Iterator[SpanHandle]:
     """Say which agent is acting: LLM calls made inside are attributed to `name` by the proxy.
 
     Works in sync, async (each task keeps its own scope), threaded (each thread its own) and streaming code
-    (the name is read when the request is sent). Scopes nest: the innermost name wins.
+    (the name is read when the request is sent). Scopes nest: the innermost name wins. `key`: a stable second
+    name that training selection also matches (see `enter_agent`).
     """
-    token = enter_agent(name)
+    token = enter_agent(name, key)
+    if key:
+        attributes = {attr.AGENT_KEY: key, **attributes}
     try:
         with span(f"agent:{name}", kind="agent", attributes=attributes) as handle:
             yield handle
