@@ -6,8 +6,10 @@ function tools → chat tools), sent through the proxy's chat path, and the chat
 call is therefore recorded exactly like a chat completion — the same exact prompt and response token ids, the
 same log-probs, the same agent attribution — and everything downstream (transitions, credit, training) is
 unchanged. Why not forward to the backend's own `/v1/responses`: agl's embedded engine has none, and vLLM's
-(0.32) returns neither the prompt's token ids nor the sampled ids of a Responses answer, so a call made there
-could not be trained on; chat completions return both from every backend agl supports.
+(0.32, read in its source) has no `return_token_ids`; its `enable_response_messages` returns the raw token
+messages only for non-streamed requests and is built for harmony-format models (gpt-oss), so a call made there
+could not be trained on in general. Chat completions return the prompt and sampled ids with their log-probs from
+every backend agl supports, streamed or not.
 
 Streaming: the backend is asked for the whole answer, which is then sent as the Responses event sequence (one
 text delta, or one arguments delta per tool call), so a streaming client (the OpenAI Agents SDK's
