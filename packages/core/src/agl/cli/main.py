@@ -186,6 +186,7 @@ def serve(
     def ready(url: str) -> None:
         click.echo(f"AGL_SERVER_READY {url}", err=False)
         click.echo(f"store: {run_dir / 'agl.sqlite'}  upstream: {upstream or '(none)'}", err=True)
+        click.echo(f"dashboard: {url}/ui" + ("?token=<token>" if token else ""), err=True)
         sys.stdout.flush()
 
     try:

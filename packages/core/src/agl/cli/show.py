@@ -10,8 +10,6 @@ from __future__ import annotations
 
 import json
 import time
-from collections import defaultdict
-from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from pydantic import JsonValue
@@ -21,7 +19,8 @@ from rich.text import Text
 from rich.tree import Tree
 
 from agl import failure
-from agl.schema import Attempt, LLMCall, Reward, RolloutDetail, Span, SpanStatus
+from agl.rollout_tree import Node, by_attempt, nest, pick_attempt
+from agl.schema import LLMCall, Reward, RolloutDetail, Span, SpanStatus
 from agl.tracing import attributes as attr
 
 _STATUS_STYLE = {
@@ -158,17 +157,6 @@ def _reward_label(reward: Reward) -> str:
 # ------------------------------------------------------------------------------------------ the tree
 
 
-Item = Span | LLMCall | Reward
-
-
-def _when(item: Item) -> tuple[float, int]:
-    if isinstance(item, Span):
-        return (item.start_time, 0)
-    if isinstance(item, LLMCall):
-        return (item.started_at, item.seq)
-    return (item.timestamp, 1 << 30)  # at equal times a reward follows the call it rewards
-
-
 @dataclass
 class _Stats:
     calls: int = 0
@@ -193,66 +181,22 @@ class _Stats:
             self.missed += call.attribution.lost
 
 
-def _attempt_of_span(span: Span, attempts: list[Attempt], fallback: str | None) -> str | None:
-    """OTLP spans may lack an attempt id: place them by time in the attempt that was running then."""
-    if span.attempt_id is not None:
-        return span.attempt_id
-    for a in attempts:
-        if a.started_at <= span.start_time <= (a.ended_at if a.ended_at is not None else float("inf")):
-            return a.id
-    return fallback
-
-
-def _fill_attempt(
-    node: Tree, spans: list[Span], calls: list[LLMCall], rewards: list[Reward], full: bool, stats: _Stats
-) -> None:
-    by_id = {s.span_id: s for s in spans}
-    # Anything whose parent is not in this attempt (another process's root, a lost batch) hangs at the top.
-    children: dict[str | None, list[Item]] = defaultdict(list)
-    for s in spans:
-        children[s.parent_id if s.parent_id in by_id and s.parent_id != s.span_id else None].append(s)
-    for c in calls:
-        children[c.parent_span_id if c.parent_span_id in by_id else None].append(c)
-    for r in rewards:
-        children[r.span_id if r.span_id in by_id else None].append(r)
-
-    seen: set[str] = set()
-
-    def add(parent: Tree, items: Iterable[Item]) -> None:
-        for item in sorted(items, key=_when):
-            if isinstance(item, Span):
-                if item.span_id in seen:  # a parent cycle or duplicate id must not recurse forever
-                    continue
-                seen.add(item.span_id)
-                stats.spans += 1
-                if item.attributes.get(attr.SPAN_KIND) == "agent":
-                    stats.agents.add(_agent_name(item))
-                add(parent.add(_span_label(item)), children.get(item.span_id, []))
-            elif isinstance(item, LLMCall):
-                stats.add_call(item)
-                branch = parent.add(_llm_label(item))
-                for line in _llm_full(item) if full else []:
-                    branch.add(line)
-            else:
-                stats.rewards += 1
-                parent.add(_reward_label(item))
-
-    add(node, children[None])
-    # Spans in a parent cycle are reachable from no root: show them at the top rather than drop them.
-    add(node, [s for s in spans if s.span_id not in seen])
-
-
-def _pick_attempt(detail: RolloutDetail, attempt: str | None) -> str | None:
-    """The attempt to expand: the one asked for (id or number), else the final one, else the latest."""
-    if attempt is not None:
-        for a in detail.attempts:
-            if attempt in (a.id, str(a.number)):
-                return a.id
-        known = ", ".join(f"#{a.number} {a.id}" for a in detail.attempts) or "none"
-        raise ValueError(f"rollout {detail.rollout.id} has no attempt {attempt!r} (attempts: {known})")
-    if detail.rollout.final_attempt_id is not None:
-        return detail.rollout.final_attempt_id
-    return max(detail.attempts, key=lambda a: a.number).id if detail.attempts else None
+def _fill(parent: Tree, nodes: list[Node], full: bool, stats: _Stats) -> None:
+    for node in nodes:
+        item = node.item
+        if isinstance(item, Span):
+            stats.spans += 1
+            if item.attributes.get(attr.SPAN_KIND) == "agent":
+                stats.agents.add(_agent_name(item))
+            _fill(parent.add(_span_label(item)), node.children, full, stats)
+        elif isinstance(item, LLMCall):
+            stats.add_call(item)
+            branch = parent.add(_llm_label(item))
+            for line in _llm_full(item) if full else []:
+                branch.add(line)
+        else:
+            stats.rewards += 1
+            parent.add(_reward_label(item))
 
 
 def render_rollout(detail: RolloutDetail, *, attempt: str | None = None, full: bool = False) -> RenderableType:
@@ -274,19 +218,10 @@ def render_rollout(detail: RolloutDetail, *, attempt: str | None = None, full: b
         header.append(f"[red]error: {_preview(failure.split(r.error)[0], _FULL_PREVIEW)}[/]")
     tree = Tree("\n".join(header), guide_style="dim")
 
-    shown = _pick_attempt(detail, attempt)
-    spans: dict[str | None, list[Span]] = defaultdict(list)
-    for s in detail.spans:
-        spans[_attempt_of_span(s, detail.attempts, shown)].append(s)
-    calls: dict[str, list[LLMCall]] = defaultdict(list)
-    for c in detail.llm_calls:
-        calls[c.attempt_id].append(c)
-    rewards: dict[str, list[Reward]] = defaultdict(list)
-    for rw in detail.rewards:
-        rewards[rw.attempt_id].append(rw)
-
+    shown = pick_attempt(detail, attempt)
     stats = _Stats()
-    for a in sorted(detail.attempts, key=lambda a: a.number):
+    for part in by_attempt(detail, shown):
+        a = part.attempt
         final = "  [bold green]★ final[/]" if a.id == r.final_attempt_id else ""
         message, trace = failure.split(a.error) if a.error else ("", None)
         error = f"  [red]{_preview(message)}[/]" if message else ""
@@ -298,10 +233,10 @@ def render_rollout(detail: RolloutDetail, *, attempt: str | None = None, full: b
             branch = tree.add(label)
             if trace:  # where the agent failed, as Python printed it
                 branch.add(Text(trace, style="red"))
-            _fill_attempt(branch, spans[a.id], calls[a.id], rewards[a.id], full, stats)
+            _fill(branch, nest(part.spans, part.calls, part.rewards), full, stats)
         else:
             # Retried attempts are rarely the interesting part; one line with their size is enough.
-            tree.add(f"{label}  [dim]({len(calls[a.id])} LLM calls, {len(spans[a.id])} spans — collapsed)[/]")
+            tree.add(f"{label}  [dim]({len(part.calls)} LLM calls, {len(part.spans)} spans — collapsed)[/]")
 
     scope = (
         "all attempts" if full else "attempt " + next((f"#{a.number}" for a in detail.attempts if a.id == shown), "-")

@@ -6,8 +6,10 @@ the proxy's added latency stays small.
 
 from __future__ import annotations
 
+import hashlib
 import hmac
 from typing import Any
+from urllib.parse import parse_qs, urlencode
 
 from agl.protocol import error_bytes
 from agl.server.credentials import PREFIX, attempt_may, attempt_of
@@ -25,18 +27,38 @@ async def _reject(
     await send({"type": "http.response.body", "body": body})
 
 
+UI_PREFIX = "/ui"
+UI_COOKIE = "agl_ui"
+
+
+def ui_cookie_value(token: str) -> str:
+    """What the dashboard's cookie holds: derived from the token, so a leaked cookie does not give the API token."""
+    return hmac.new(token.encode(), b"agl dashboard", hashlib.sha256).hexdigest()
+
+
+def _is_ui(path: str) -> bool:
+    return path == UI_PREFIX or path.startswith(UI_PREFIX + "/")
+
+
 class BearerTokenMiddleware:
     """Every route requires `Authorization: Bearer <token>` (agents send it as their OpenAI api key). The scheme
-    is case-insensitive (RFC 7235); the token is compared in constant time."""
+    is case-insensitive (RFC 7235); the token is compared in constant time.
+
+    The dashboard (`/ui`) is opened by a browser, which cannot send that header on a navigation: `/ui?token=T`
+    once sets an HttpOnly, SameSite=Strict cookie (scoped to /ui, derived from the token) and redirects to the
+    same page without the token in its address; the cookie then opens `/ui` and its API only."""
 
     def __init__(self, app: ASGIApp, token: str) -> None:
         self.app = app
         self.token = token
         self.expected = token.encode()
+        self.ui_cookie = ui_cookie_value(token).encode()
 
     async def __call__(self, scope: Scope, receive: Any, send: Any) -> None:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
+            return
+        if _is_ui(scope["path"]) and await self._ui(scope, receive, send):
             return
         given = b""
         for key, value in scope["headers"]:
@@ -66,12 +88,34 @@ class BearerTokenMiddleware:
             await _reject(
                 send,
                 401,
-                f"{why} bearer token: this server requires 'Authorization: Bearer <token>'",
+                f"{why} bearer token: this server requires 'Authorization: Bearer <token>'"
+                + (" (in a browser, open /ui?token=<token> once)" if _is_ui(scope["path"]) else ""),
                 "authentication_error",
                 [(b"www-authenticate", b"Bearer")],
             )
             return
         await self.app(scope, receive, send)
+
+    async def _ui(self, scope: Scope, receive: Any, send: Any) -> bool:
+        """Let a dashboard request in by its cookie, or trade `?token=` for the cookie; True when answered."""
+        for key, value in scope["headers"]:
+            if key == b"cookie":
+                for part in value.split(b";"):
+                    name, _, given = part.strip().partition(b"=")
+                    if name == UI_COOKIE.encode() and hmac.compare_digest(given, self.ui_cookie):
+                        await self.app(scope, receive, send)
+                        return True
+        query = parse_qs(scope.get("query_string", b"").decode("latin-1"))
+        offered = query.pop("token", [None])[0]
+        if offered is None or not hmac.compare_digest(offered.encode(), self.expected):
+            return False  # the bearer header may still open it; else the usual 401
+        rest = urlencode(query, doseq=True)
+        location = scope["path"] + (f"?{rest}" if rest else "")
+        cookie = f"{UI_COOKIE}={self.ui_cookie.decode()}; Path={UI_PREFIX}; HttpOnly; SameSite=Strict"
+        headers = [(b"location", location.encode()), (b"set-cookie", cookie.encode()), (b"content-length", b"0")]
+        await send({"type": "http.response.start", "status": 303, "headers": headers})
+        await send({"type": "http.response.body", "body": b""})
+        return True
 
 
 class BodyTooLarge(Exception):

@@ -130,6 +130,8 @@ CREATE TABLE IF NOT EXISTS rollouts (
   error TEXT, metadata TEXT NOT NULL);
 CREATE INDEX IF NOT EXISTS rollouts_status ON rollouts(status, created_at);
 CREATE INDEX IF NOT EXISTS rollouts_task ON rollouts(task_id);
+-- newest-first pages of the dashboard's rollouts table (agl.server.dashboard.queries)
+CREATE INDEX IF NOT EXISTS rollouts_created ON rollouts(created_at);
 CREATE TABLE IF NOT EXISTS attempts (
   id TEXT PRIMARY KEY, rollout_id TEXT NOT NULL REFERENCES rollouts(id), number INTEGER NOT NULL,
   worker_id TEXT NOT NULL, status TEXT NOT NULL, started_at REAL NOT NULL, heartbeat_at REAL NOT NULL,
