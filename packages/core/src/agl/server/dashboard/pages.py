@@ -47,6 +47,8 @@ def layout(title: str, body: str, *, active: str) -> str:
         "<!doctype html><html lang=en><head><meta charset=utf-8>"
         '<meta name=viewport content="width=device-width, initial-scale=1">'
         f"<title>{_e(title)} · agl</title>"
+        # no favicon request: /favicon.ico is outside /ui, where the dashboard's cookie does not go
+        '<link rel=icon href="data:,">'
         '<link rel=stylesheet href="/ui/static/app.css"><script defer src="/ui/static/app.js"></script></head>'
         f"<body><header><span class=brand>agl</span><nav>{nav}</nav></header><main>{body}</main></body></html>"
     )
