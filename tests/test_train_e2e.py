@@ -5,8 +5,10 @@ rewards, the curve is drawn, and a checkpoint resumes."""
 from __future__ import annotations
 
 import dataclasses
+import importlib.util
 import json
 import math
+import os
 from collections import defaultdict
 from pathlib import Path
 
@@ -249,3 +251,28 @@ def test_a_two_step_run_logs_to_mlflow_and_tensorboard(tmp_path: Path, monkeypat
     assert [e.step for e in events.Scalars("train/reward_mean")] == train_steps
     assert [e.step for e in events.Scalars("eval/accuracy")] == eval_steps
     assert {f"train/{k}" for k, v in rows[1].items() if isinstance(v, float)} <= set(events.Tags()["scalars"])
+
+
+def test_two_steps_with_the_verl_trainer(tmp_path: Path) -> None:
+    """`--trainer verl`: the same run with the update in verl's actor worker on a local Ray; LightningRL is agl's
+    (the advantages in transitions/ are the same GRPO as with agl's trainer), the embedded engine gets each
+    update's weights, and the checkpoint holds a trained adapter."""
+    if importlib.util.find_spec("verl") is None:
+        if os.environ.get("AGL_SKIP_VERL_TESTS"):
+            pytest.skip('AGL_SKIP_VERL_TESTS is set and verl is not installed (pip install "agl-trainer[verl]")')
+        pytest.fail('verl is not installed: pip install "agl-trainer[verl]" (make install does)')
+    model = build_tiny_llama(tmp_path / "tiny")
+    run_dir = tmp_path / "run"
+    summary = TrainingRun(dataclasses.replace(config(run_dir, model, steps=2), trainer="verl")).run()
+    rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    assert [(r["kind"], r["step"]) for r in rows] == [("eval", 0), ("train", 0), ("train", 1), ("eval", 2)]
+    train = [r for r in rows if r["kind"] == "train"]
+    assert all(r["failed"] == 0 and r["transitions"] == 8 for r in train)
+    assert all(math.isfinite(r["update_loss"]) and r["update_grad_norm"] > 0 for r in train)
+    assert summary.eval_after is not None
+    adapter = load_file(str(run_dir / "checkpoints" / "step-2" / "adapter" / "adapter_model.safetensors"))
+    assert any(float(t.abs().max()) > 0 for name, t in adapter.items() if "lora_B" in name)
+    # the calls of step 2 were generated with the weights step 1 trained: the engine got them
+    with Store(run_dir) as store:
+        versions = {c.model_version for r in store.list_rollouts(step=1, limit=100)[0] for c in store.llm_calls(r.id)}
+    assert versions == {2}

@@ -52,6 +52,11 @@ class TrainConfig:
     engine_url: str | None = None
     engine: str = "embedded"  # or "vllm": a vLLM server agl starts from its own environment (`make vllm`)
     vllm_python: str | None = None  # that environment's python; None: $AGL_VLLM_PYTHON, else .venv-vllm
+    # who runs the policy update: "agl" (agl's own torch trainer, in this process) or "verl" (verl's PPO actor
+    # worker, FSDP2 on Ray; agl_trainer.verl): LightningRL (transitions, credit, AIR, selection) is agl's either way
+    trainer: str = "agl"
+    trainer_workers: int = 1  # verl: data-parallel ranks (FSDP2)
+    ray_address: str | None = None  # verl: join this Ray cluster; None: a local Ray agl starts and stops
     policy: PolicyConfig = field(default_factory=PolicyConfig)
     workers: int = 2
     concurrency: int = 8
@@ -91,6 +96,14 @@ class TrainConfig:
             problems.append(f"agent {self.agent!r} must look like 'module:function' or 'path/file.py:function'")
         if self.engine not in ("embedded", "vllm"):
             problems.append(f"engine must be 'embedded' or 'vllm', got {self.engine!r}")
+        if self.trainer not in ("agl", "verl"):
+            problems.append(f"trainer must be 'agl' or 'verl', got {self.trainer!r}")
+        if int(self.trainer_workers) < 1:
+            problems.append(f"trainer_workers must be ≥ 1, got {self.trainer_workers}")
+        if self.trainer != "verl" and (self.trainer_workers != 1 or self.ray_address):
+            problems.append("trainer_workers and ray_address are verl's: give them with trainer 'verl'")
+        if self.trainer == "verl" and self.per_agent_policies:
+            problems.append("per_agent_policies is not supported with trainer 'verl' yet: one policy for all agents")
         if self.engine_url and self.engine == "vllm":
             problems.append("engine_url attaches to a running engine: leave engine 'embedded' (or drop engine_url)")
         try:

@@ -25,11 +25,11 @@ import shutil
 import subprocess
 import time
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from contextlib import ExitStack
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from rich.console import Console
 
@@ -102,9 +102,15 @@ class TrainingRun:
         model, tokenizer = load_model(path, device=cfg.device)
         if cfg.policy.lora:
             model = wrap_lora(model, cfg.policy, adapters=list(self.agent_adapters.values()) or ["default"])
-        self.policy: PolicyBackend = PolicyTrainer(
-            model, cfg.policy, pad_id=tokenizer.pad_token_id, agent_adapters=self.agent_adapters
-        )
+        # weights the update changed that the engine's copy of the model does not share yet (verl trains elsewhere)
+        self._sync_engine: Callable[[], None] | None = None
+        self.policy: PolicyBackend
+        if cfg.trainer == "verl":
+            self.policy = self._verl_policy(path, tokenizer, stack)
+        else:
+            self.policy = PolicyTrainer(
+                model, cfg.policy, pad_id=tokenizer.pad_token_id, agent_adapters=self.agent_adapters
+            )
         if cfg.engine_url or cfg.engine == "vllm":
             # serving happens elsewhere (a vLLM server agl starts, another `agl engine`, a vLLM server someone runs):
             # it gets our weights now, and its log-probs are checked against ours
@@ -114,7 +120,8 @@ class TrainingRun:
                 model_path=path,
                 model=model,
                 tokenizer=tokenizer,
-                policy=self.policy,
+                # VerlPolicy publishes the same way (config, device, agent_adapters, save, adapter_folder, logprobs)
+                policy=cast(PolicyTrainer, self.policy),
                 run_dir=self.run_dir,
                 console=self.console,
                 stack=stack,
@@ -123,6 +130,9 @@ class TrainingRun:
             self.weights_lock: contextlib.AbstractContextManager[Any] = contextlib.nullcontext()
             self.upstream_model = None if self.agent_adapters else "default"
         else:
+            if cfg.trainer == "verl":
+                verl: Any = self.policy
+                self._sync_engine = lambda: verl.load_into(model)  # the embedded engine generates with `model`
             engine = Engine(model, tokenizer, max_batch=cfg.max_batch).start()
             if self.agent_adapters:
                 engine.default_adapter = BASE_MODEL  # calls routed to no agent's policy: the base model
@@ -156,6 +166,27 @@ class TrainingRun:
             f"{where} · server {self.server.url} · {cfg.workers} workers × "
             f"{cfg.concurrency} · training {self.selection}"
         )
+
+    def _verl_policy(self, path: Path, tokenizer: Any, stack: contextlib.ExitStack) -> PolicyBackend:
+        """verl's actor worker as the policy backend (agl_trainer.verl): started on Ray now, stopped with the run."""
+        from agl_trainer.verl.backend import VerlPolicy
+
+        cfg = self.config
+        self.console.print(
+            f"verl trainer: {cfg.trainer_workers} rank(s) on "
+            + (f"Ray at {cfg.ray_address}" if cfg.ray_address else "a local Ray")
+        )
+        policy = VerlPolicy(
+            path,
+            cfg.policy,
+            pad_id=tokenizer.pad_token_id,
+            workers=cfg.trainer_workers,
+            ray_address=cfg.ray_address,
+            device=cfg.device,
+            seed=cfg.seed,
+        )
+        stack.callback(policy.close)
+        return policy
 
     def _publish(self, step: int, **metadata: Any) -> None:
         """Tell the proxy a new policy version serves from now on (and, per agent, which model serves whom)."""
@@ -238,6 +269,8 @@ class TrainingRun:
         t_update = time.monotonic()
         with self.weights_lock:
             update = self.policy.update(transitions)
+            if self._sync_engine is not None:
+                self._sync_engine()
             self.inference.weights_changed()
         t_update = time.monotonic() - t_update
         self._write_transitions(step, transitions)

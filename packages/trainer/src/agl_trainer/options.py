@@ -80,6 +80,14 @@ SPECS: dict[str, Spec] = {
             type=str,
         ),
         Spec(
+            "trainer",
+            "Who runs the policy update: agl's own trainer, or verl's PPO actor worker on Ray (pip install "
+            "'agl-trainer[verl]'); credit assignment, AIR and agent selection are agl's either way.",
+            choices=lambda: ["agl", "verl"],
+        ),
+        Spec("trainer_workers", "verl: data-parallel ranks (FSDP2) of the update."),
+        Spec("ray_address", "verl: join this Ray cluster (multi-node); default: a local Ray agl starts.", type=str),
+        Spec(
             "log_to",
             "Experiment trackers that also get the metrics, curve and eval samples: mlflow, tensorboard, wandb "
             "(comma-separated; each an optional extra: pip install 'agl-trainer[trackers]').",

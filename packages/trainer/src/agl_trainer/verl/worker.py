@@ -1,0 +1,66 @@
+"""verl's PPO actor worker, as agl runs it: `ActorRolloutRefWorker` (role "actor") with two additions.
+
+- On the CPU the process group is started with plain ``gloo`` before verl starts it (verl would ask for
+  ``cpu:gloo,cpu:gloo``, which torch refuses), and torch gets the threads agl gave the worker.
+- `export_weights` hands the trained weights to the caller as full CPU tensors: the LoRA adapter in peft's
+  format (what `save_pretrained` writes and vLLM's `load_lora_adapter` reads) or, when fully fine-tuned, the
+  model's state dict. verl's own weight export feeds its rollout engines; agl's inference side is elsewhere.
+
+Everything else — log-probs, the update, checkpoints — is verl's worker unchanged. This module is imported in the
+Ray workers (and by the driver to name the class); it needs verl.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+import torch
+from verl.single_controller.base.decorator import Dispatch, register
+from verl.utils.device import get_device_name
+from verl.utils.distributed import initialize_global_process_group_ray
+from verl.workers.engine_workers import ActorRolloutRefWorker
+
+THREADS_ENV = "AGL_VERL_THREADS"
+
+
+class AglActorWorker(ActorRolloutRefWorker):  # type: ignore[misc]
+    def __init__(self, config: Any, role: str, **kwargs: Any) -> None:
+        super().__init__(config, role, **kwargs)
+        threads = int(os.environ.get(THREADS_ENV) or 0)
+        if threads > 0:
+            torch.set_num_threads(threads)
+        if get_device_name() == "cpu":
+            initialize_global_process_group_ray(backend="gloo")
+
+    def _module(self) -> Any:
+        assert self.actor is not None, "init_model() first"
+        return self.actor.engine.module
+
+    @register(dispatch_mode=Dispatch.ONE_TO_ALL)  # type: ignore[untyped-decorator,unused-ignore]
+    def export_weights(self) -> dict[str, Any] | None:
+        """{"lora": bool, "state": {name: tensor}, "peft_config": dict | None} on rank 0 (None elsewhere): every
+        rank takes part in gathering the shards."""
+        from peft.utils.save_and_load import get_peft_model_state_dict
+
+        module = self._module()
+        peft_config = getattr(module, "peft_config", None)
+        if peft_config:
+            state = get_peft_model_state_dict(module)
+            config = peft_config["default"].to_dict()
+        else:
+            state = module.state_dict()
+            config = None
+        full = {}
+        for name, tensor in state.items():
+            value = tensor.full_tensor() if hasattr(tensor, "full_tensor") else tensor  # a collective: every rank
+            full[name] = value.detach().to("cpu", copy=True)
+        if torch.distributed.get_rank() != 0:
+            return None
+        if config is not None:
+            config = {k: (sorted(v) if isinstance(v, set) else v) for k, v in config.items()}
+        return {"lora": config is not None, "state": full, "peft_config": config}
+
+    @register(dispatch_mode=Dispatch.ONE_TO_ALL)  # type: ignore[untyped-decorator,unused-ignore]
+    def torch_threads(self) -> int:
+        return int(torch.get_num_threads())

@@ -1,0 +1,93 @@
+"""`--trainer verl` without a usable verl is a clear error before anything starts; the batch agl hands verl has
+verl's layout. None of this needs verl installed."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+
+import agl_trainer.verl as agl_verl
+from agl.transitions import Transition
+from agl_trainer.policy import PolicyConfig
+from agl_trainer.verl import VerlUnavailable, check_version, require_verl
+from agl_trainer.verl.backend import VerlPolicy
+from agl_trainer.verl.batch import pack
+from agl_trainer.verl.loss import SEQ_WEIGHTS
+
+
+def test_missing_verl_says_what_to_install(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(agl_verl, "verl_version", lambda: None)
+    with pytest.raises(VerlUnavailable, match=r'pip install "agl-trainer\[verl\]"'):
+        require_verl()
+    # the policy refuses before it starts Ray or reads the model
+    with pytest.raises(VerlUnavailable, match="verl is not installed"):
+        VerlPolicy(Path("/nonexistent"), PolicyConfig())
+
+
+@pytest.mark.parametrize("version", ["0.5.0", "0.8.9", "0.9.0", "0.10.0", "1.0.0"])
+def test_unsupported_versions_are_refused(monkeypatch: pytest.MonkeyPatch, version: str) -> None:
+    with pytest.raises(VerlUnavailable, match=rf"supports verl >=0.9.1,<0.10, found verl {version}"):
+        check_version(version)
+    monkeypatch.setattr(agl_verl, "verl_version", lambda: version)
+    with pytest.raises(VerlUnavailable, match=r'pip install "agl-trainer\[verl\]"'):
+        VerlPolicy(Path("/nonexistent"), PolicyConfig())
+
+
+@pytest.mark.parametrize("version", ["0.9.1", "0.9.2", "0.9.10"])
+def test_supported_versions_pass(version: str) -> None:
+    check_version(version)
+
+
+def transition(prompt: list[int], response: list[int], mask: list[int] | None = None, **kw: object) -> Transition:
+    return Transition(
+        rollout_id="r",
+        task_id="t",
+        attempt_id="a",
+        seq=0,
+        agent_name="x",
+        prompt_ids=prompt,
+        response_ids=response,
+        response_mask=mask or [1] * len(response),
+        logprobs=[-1.0] * len(response),
+        model_version=None,
+        call_ids=["c"],
+        **kw,  # type: ignore[arg-type]
+    )
+
+
+def test_batch_has_verls_layout() -> None:
+    ts = [
+        transition([5, 6, 7], [8, 9], temperature=0.7),
+        transition([5], [10, 11, 12], mask=[1, 0, 1], temperature=1.3),
+        transition([1, 2], [3]),
+    ]
+    batch = pack(ts, pad_id=0, multiple_of=2, advantages=[2.0, -1.0, 0.5], seq_weights=[1.0, 0.5, 1.5])
+    x = batch.tensors
+    assert batch.rows == 3 and batch.size == 4 and batch.response_lengths == [2, 3, 1]
+    # prompts left-padded, responses right-padded, side by side
+    assert x["prompts"].tolist() == [[5, 6, 7], [0, 0, 5], [0, 1, 2], [0, 0, 0]]
+    assert x["responses"].tolist() == [[8, 9, 0], [10, 11, 12], [3, 0, 0], [0, 0, 0]]
+    assert torch.equal(x["input_ids"], torch.cat([x["prompts"], x["responses"]], dim=1))
+    assert x["attention_mask"].tolist() == [
+        [1, 1, 1, 1, 1, 0],
+        [0, 0, 1, 1, 1, 1],
+        [0, 1, 1, 1, 0, 0],
+        [0, 0, 1, 1, 0, 0],  # the placeholder row for the second rank: one token each, nothing trained
+    ]
+    assert x["position_ids"][1].tolist() == [0, 0, 0, 1, 2, 3]
+    # the environment's token in a merged turn is not trained; the placeholder row trains nothing
+    assert x["response_mask"].tolist() == [[1, 1, 0], [1, 0, 1], [1, 0, 0], [0, 0, 0]]
+    assert x["temperature"].tolist() == pytest.approx([0.7, 1.3, 1.0, 1.0])
+    assert x["advantages"][:, 0].tolist() == [2.0, -1.0, 0.5, 0.0]
+    assert x[SEQ_WEIGHTS].tolist() == [1.0, 0.5, 1.5, 0.0]
+    assert x["old_log_probs"][0].tolist() == [-1.0, -1.0, 0.0]
+
+
+def test_batch_refuses_transitions_without_behaviour_logprobs() -> None:
+    t = transition([1], [2, 3])
+    t.logprobs = None
+    with pytest.raises(ValueError, match="behaviour log-probs"):
+        pack([t], pad_id=0, advantages=[1.0], seq_weights=[1.0])
+    assert pack([t], pad_id=0).rows == 1  # log-probs are not needed to compute them
