@@ -22,7 +22,7 @@ $(STAMP): $(DEPS)
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
 	$(BIN)/python -m pip install -q $(TORCH)
-	$(BIN)/python -m pip install -q -e packages/core -e packages/trainer -r requirements-dev.txt
+	$(BIN)/python -m pip install -q -e packages/core -e "packages/trainer[verl]" -r requirements-dev.txt
 	# the four agent frameworks, pinned to versions that co-install, and agl's adapter for each
 	$(BIN)/python -m pip install -q -r requirements-adapters.txt $(addprefix -e ,$(ADAPTERS))
 	# the benchmark harness (`agl bench`): Spider, MuSiQue, Calc-X agents on the adapters above

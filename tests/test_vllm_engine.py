@@ -342,3 +342,43 @@ def test_why_full_weights_are_refused_on_a_cpu_reload_weights_serves_stale_log_p
         backend.close()
     finally:
         server.stop()
+
+
+def test_the_verl_trainer_with_the_vllm_engine(tmp_path: Path) -> None:
+    """`--trainer verl --engine vllm`, the GPU recipes' combination, for one step on the bundled model: vLLM
+    serves the rollouts, verl's actor worker updates, the new adapter reaches vLLM in place, and the evaluation
+    after the step is served by it."""
+    python = vllm_python()
+    if importlib.util.find_spec("verl") is None:
+        pytest.fail('verl is not installed: pip install "agl-trainer[verl]" (make install does)')
+    run_dir = tmp_path / "run"
+    config = TrainConfig(
+        agent="agl_trainer.examples.calculator:solve",
+        train_tasks=calculator.train_tasks(),
+        eval_tasks=calculator.eval_tasks()[:2],
+        run_dir=run_dir,
+        engine="vllm",
+        vllm_python=str(python),
+        trainer="verl",
+        device="cpu",
+        steps=1,
+        strategy="broadcast",
+        tasks_per_step=2,
+        group_size=4,
+        eval_every=1,
+        workers=1,
+        concurrency=8,
+        temperature=0.7,
+        rollout_timeout_s=300,
+        policy=PolicyConfig(lr=3e-4),
+    )
+    TrainingRun(config).run()
+    rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    (train,) = [r for r in rows if r["kind"] == "train"]
+    assert train["failed"] == 0 and train["transitions"] > 0 and train["update_grad_norm"] > 0
+    with Store(run_dir) as store:
+        rollouts, _ = store.list_rollouts(limit=1000)
+        details = store.rollout_details([r.id for r in rollouts])
+    models = {(d.rollout.mode, d.rollout.step): {c.model for c in d.llm_calls} for d in details}
+    assert models[("train", 0)] == {"default@v1"} and models[("eval", 1)] == {"default@v2"}
+    assert all(c.trainable for d in details for c in d.llm_calls if d.rollout.mode == "train")

