@@ -78,3 +78,21 @@ def test_build_config_splits_policy_fields_and_refuses_unknown_keys() -> None:
 def test_known_keys_are_exactly_the_config_fields() -> None:
     names = {f.name for f in dataclasses.fields(TrainConfig)} | {f.name for f in dataclasses.fields(PolicyConfig)}
     assert known_keys() == (names - {"policy"}) | {"full_finetune"}
+
+
+def test_the_trainer_flags_reach_the_config_and_both_clis() -> None:
+    from click.testing import CliRunner
+
+    from agl_bench.cli import bench
+    from agl_trainer.cli import train
+
+    config = build_config("m:f", {**BASE, "trainer": "verl", "trainer_workers": 2, "ray_address": "10.0.0.1:6379"})
+    assert (config.trainer, config.trainer_workers, config.ray_address) == ("verl", 2, "10.0.0.1:6379")
+    config.validate()
+    with pytest.raises(ValueError, match="trainer_workers and ray_address are verl's"):
+        build_config("m:f", {**BASE, "trainer_workers": 2}).validate()
+    with pytest.raises(ValueError, match="trainer must be 'agl' or 'verl'"):
+        build_config("m:f", {**BASE, "trainer": "trl"}).validate()
+    for cli, args in ((train, ["--help"]), (bench, ["train", "--help"])):
+        shown = CliRunner().invoke(cli, args).output
+        assert "--trainer [agl|verl]" in shown and "--trainer-workers" in shown and "--ray-address" in shown
