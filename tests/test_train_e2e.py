@@ -276,3 +276,44 @@ def test_two_steps_with_the_verl_trainer(tmp_path: Path) -> None:
     with Store(run_dir) as store:
         versions = {c.model_version for r in store.list_rollouts(step=1, limit=100)[0] for c in store.llm_calls(r.id)}
     assert versions == {2}
+    # the last update moved each token's log-prob the way its advantage says: recomputed by agl's own trainer on the
+    # transitions of step 2 (rebuilt from the store) with the adapters before (step-1) and after (step-2) it
+    moves = logprob_moves(run_dir, model, step=1)
+
+    def token_mean(sign: int) -> float:
+        chosen = [(n, d) for a, n, d in moves if a * sign > 0]
+        assert chosen, f"no transition with advantage of sign {sign}: {moves}"
+        return sum(n * d for n, d in chosen) / sum(n for n, _ in chosen)
+
+    assert token_mean(+1) > 0 > token_mean(-1), moves
+    assert sum(a * n * d for a, n, d in moves) > 0, moves  # what one gradient step on this batch guarantees
+
+
+def logprob_moves(run_dir: Path, model: Path, step: int) -> list[tuple[float, int, float]]:
+    """(advantage, response tokens, mean change of the response's log-probs) for each transition of `step`, between
+    the checkpoints before and after that step's update, computed by agl's trainer (not the backend that trained)."""
+    from peft import PeftModel
+
+    from agl.transitions import build_episodes
+    from agl_trainer.models import load_model
+    from agl_trainer.policy import PolicyTrainer
+
+    lines = (run_dir / "transitions" / f"step-{step}.jsonl").read_text().splitlines()
+    advantages = {(r["rollout_id"], r["seq"]): r["advantage"] for r in map(json.loads, lines)}
+    with Store(run_dir) as store:
+        rollouts, _ = store.list_rollouts(step=step, limit=1000)
+        details = store.rollout_details([r.id for r in rollouts if r.mode == "train"])
+    transitions = [t for ep in build_episodes(details)[0] for t in ep.transitions]
+    for t in transitions:
+        t.advantage = advantages[(t.rollout_id, t.seq)]
+
+    def mean_logprobs(checkpoint: str) -> list[float]:
+        base, tokenizer = load_model(model, device="cpu")
+        adapter = run_dir / "checkpoints" / checkpoint / "adapter"
+        policy = PolicyTrainer(
+            PeftModel.from_pretrained(base, adapter, is_trainable=True), PolicyConfig(), pad_id=tokenizer.pad_token_id
+        )
+        return [sum(lp) / len(lp) for lp in policy.logprobs(transitions)]
+
+    before, after = mean_logprobs(f"step-{step}"), mean_logprobs(f"step-{step + 1}")
+    return [(t.advantage, len(t.response_ids), a - b) for t, b, a in zip(transitions, before, after, strict=True)]
