@@ -16,12 +16,10 @@ from typing import Any, TypeVar
 import orjson
 from fastapi import FastAPI, Query, Request
 from fastapi.exceptions import RequestValidationError
-from pydantic import BaseModel
 from starlette.concurrency import run_in_threadpool
 from starlette.responses import JSONResponse, Response, StreamingResponse
 
 from agl._version import __version__
-from agl.protocol import error_body
 from agl.schema import (
     INT64_MAX,
     Attempt,
@@ -43,6 +41,7 @@ from agl.schema import (
     TaskIn,
 )
 from agl.server.credentials import attempt_credential
+from agl.server.errors import describe_validation, document_errors, error_response, unknown_llm_route
 from agl.server.fixed_url import FixedUrlMiddleware
 from agl.server.middleware import (
     BearerTokenMiddleware,
@@ -104,22 +103,6 @@ def check_bind(settings: ServerSettings) -> None:
             f"binding to {settings.host} exposes the server beyond this machine: give a token with --token or"
             " AGL_TOKEN (every request must then carry 'Authorization: Bearer <token>')"
         )
-
-
-def _error(status: int, message: str, type_: str) -> JSONResponse:
-    return JSONResponse(error_body(message, type_), status_code=status)
-
-
-def _describe_validation(exc: RequestValidationError) -> str:
-    parts = []
-    for err in exc.errors():
-        loc = ".".join(str(p) for p in err.get("loc", ()) if p != "body")
-        if err.get("type") == "json_invalid":
-            ctx = err.get("ctx") or {}
-            parts.append(f"request body is not valid JSON ({ctx.get('error', err.get('msg'))})")
-        else:
-            parts.append(f"{loc or 'body'}: {err.get('msg')}")
-    return "; ".join(parts) or "invalid request"
 
 
 def _only_own(request: Request, items: Sequence[SpanIn | RewardIn], what: str) -> None:
@@ -220,23 +203,23 @@ class Server:
 
         @app.exception_handler(RequestValidationError)
         async def _validation(_: Request, exc: RequestValidationError) -> JSONResponse:
-            return _error(422, _describe_validation(exc), "invalid_request_error")
+            return error_response(422, describe_validation(exc), "invalid_request_error")
 
         @app.exception_handler(NotFoundError)
         async def _not_found(_: Request, exc: NotFoundError) -> JSONResponse:
-            return _error(404, str(exc), "not_found")
+            return error_response(404, str(exc), "not_found")
 
         @app.exception_handler(ConflictError)
         async def _conflict(_: Request, exc: ConflictError) -> JSONResponse:
-            return _error(409, str(exc), "conflict")
+            return error_response(409, str(exc), "conflict")
 
         @app.exception_handler(ValueError)
         async def _value(_: Request, exc: ValueError) -> JSONResponse:
-            return _error(400, str(exc), "invalid_request_error")
+            return error_response(400, str(exc), "invalid_request_error")
 
         @app.exception_handler(PermissionError)
         async def _forbidden(_: Request, exc: PermissionError) -> JSONResponse:
-            return _error(403, str(exc), "permission_error")
+            return error_response(403, str(exc), "permission_error")
 
         @app.get(f"{API}/info", tags=["server"])
         async def info() -> dict[str, Any]:
@@ -388,7 +371,7 @@ class Server:
             # no default: a body without a content type is what a cross-site page can send (the guard refuses it)
             content_type = request.headers.get("content-type", "").split(";")[0].strip().lower()
             if content_type not in ("application/x-protobuf", "application/json"):
-                return _error(
+                return error_response(
                     415,
                     f"unsupported content type {content_type!r}: send application/x-protobuf or application/json",
                     "invalid_request_error",
@@ -400,7 +383,7 @@ class Server:
                 try:
                     body = await run_in_threadpool(inflate, body, encoding, limit)
                 except Inflated:
-                    return _error(
+                    return error_response(
                         413,
                         f"the {encoding} body inflates past the limit of {limit} bytes (agl serve --max-body-mb)",
                         "invalid_request_error",
@@ -437,72 +420,20 @@ class Server:
             "/rollout/{rollout_id}/attempt/{attempt_id}/v1/{rest:path}", methods=_ANY_METHOD, include_in_schema=False
         )
         async def unknown_rollout_route(rollout_id: str, attempt_id: str, rest: str, request: Request) -> Response:
-            return _unknown_llm_route(request)
+            return unknown_llm_route(request)
 
         @app.api_route("/v1/{rest:path}", methods=_ANY_METHOD, include_in_schema=False)
         async def unknown_fixed_route(rest: str, request: Request) -> Response:
-            return _unknown_llm_route(request)
+            return unknown_llm_route(request)
 
         from agl.server import dashboard
 
         dashboard.add_routes(app, self)
-        _document_errors(app)
+        document_errors(app)
         return app
 
 
 _ANY_METHOD = ["GET", "POST", "PUT", "PATCH", "DELETE"]
-LLM_ROUTES = (
-    "POST /v1/chat/completions",
-    "POST /v1/responses",
-    "GET /v1/models",
-    "(each also under /rollout/{rollout_id}/attempt/{attempt_id}/v1/...)",
-)
-
-
-def _unknown_llm_route(request: Request) -> Response:
-    message = f"agl's LLM proxy does not serve {request.method} {request.url.path}; it serves: {'; '.join(LLM_ROUTES)}"
-    return JSONResponse(error_body(message, "invalid_request_error", "unknown_route"), status_code=404)
-
-
-class ErrorBody(BaseModel):
-    """Every error agl's server gives has this OpenAI-style shape."""
-
-    error: dict[str, Any]
-
-
-_ANSWERS = {
-    400: "bad input: the message says which part (an unknown Host, invalid JSON or gzip, a bad value)",
-    401: "missing or wrong bearer token (servers started with --token)",
-    403: "a cross-site request, or an attempt's credential used beyond its own attempt",
-    404: "the rollout, attempt or task does not exist",
-    409: "the attempt or rollout is in a state that refuses this (ended, taken over, cancelled)",
-    413: "the body (or what it inflates to) is over --max-body-mb",
-    415: "wrong content type or encoding",
-    422: "a field failed validation: the message names it",
-}
-# Answers beyond the common 400/401/403/413/415/422, by path
-_EXTRA = {
-    "/api/v1/tasks/{task_id}": (404,),
-    "/api/v1/rollouts/{rollout_id}": (404,),
-    "/api/v1/rollouts/{rollout_id}/detail": (404,),
-    "/api/v1/rollouts/{rollout_id}/cancel": (404,),
-    "/api/v1/rollouts": (404,),
-    "/api/v1/attempts/{attempt_id}/heartbeat": (404, 409),
-    "/api/v1/attempts/{attempt_id}/complete": (404, 409),
-    "/api/v1/rewards": (404, 409),
-    "/api/v1/spans": (404,),
-    "/rollout/{rollout_id}/attempt/{attempt_id}/v1/chat/completions": (404, 409),
-}
-
-
-def _document_errors(app: FastAPI) -> None:
-    """List in the OpenAPI document the error answers each route gives, with their shape."""
-    from fastapi.routing import APIRoute
-
-    for route in app.routes:
-        if isinstance(route, APIRoute):
-            for code in (400, 401, 403, 413, 415, 422, *_EXTRA.get(route.path, ())):
-                route.responses.setdefault(code, {"model": ErrorBody, "description": _ANSWERS[code]})
 
 
 def create_app(settings: ServerSettings, store: Store | None = None) -> Any:
