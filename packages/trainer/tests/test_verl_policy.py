@@ -301,3 +301,14 @@ def test_full_finetuning_same_update_as_agl(ray_cluster: None, tiny_model_dir: P
         assert max_gap(full.logprobs(batch), twin.logprobs(batch)) < LOSS_TOL
         with pytest.raises(ValueError, match="needs LoRA"):
             full.save_adapter("unused")
+
+
+def test_cpu_micro_batches_hold_the_logits_to_their_budget() -> None:
+    from agl_trainer.verl.backend import CPU_LOGITS_BYTES, cpu_micro_batch_tokens
+
+    # SmolLM2's 49,152-token vocabulary: 4 float32 tensors of that width per token fill 2 GiB at 2,730 tokens
+    assert CPU_LOGITS_BYTES == 2 * 2**30
+    assert cpu_micro_batch_tokens(16384, 49152, longest=500) == 2730
+    assert cpu_micro_batch_tokens(1024, 49152, longest=500) == 1024  # a smaller configured budget stays
+    assert cpu_micro_batch_tokens(16384, 49152, longest=4000) == 4000  # never below a sequence verl cannot split
+    assert cpu_micro_batch_tokens(16384, 256, longest=500) == 16384  # a tiny vocabulary fits the configured one

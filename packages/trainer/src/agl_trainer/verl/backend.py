@@ -56,6 +56,21 @@ def cpu_worker_env() -> dict[str, str]:
     }
 
 
+# verl's actor computes vocabulary-sized logits, their log-softmax and the gradients of both at every position of
+# a micro-batch; agl's own trainer does so at response positions only. At agl's token budget (16k tokens) a
+# 49k-vocabulary model took 14.5 GB in one update on this CPU machine and Ray killed the worker. On a CPU the
+# micro-batches verl forms are therefore held to what keeps those float32 tensors within this many bytes (never
+# below the longest sequence, which verl cannot split); on CUDA the configured budget is used as it is.
+CPU_LOGITS_BYTES = 2 * 2**30
+_LOGIT_TENSORS = 4  # logits, log-softmax, and a gradient of each
+
+
+def cpu_micro_batch_tokens(configured: int, vocab_size: int, longest: int) -> int:
+    """verl's token budget per micro-batch on a CPU: `configured`, lowered to fit CPU_LOGITS_BYTES."""
+    fits = CPU_LOGITS_BYTES // (max(vocab_size, 1) * 4 * _LOGIT_TENSORS)
+    return max(min(configured, fits), longest)
+
+
 def _select_cpu_platform_here() -> None:
     """The driver asks verl's platform for Ray resource names: make it the CPU's, even if verl was imported
     (and its platform chosen) before."""
@@ -111,6 +126,7 @@ class VerlPolicy:
         self.device = device
         self.initial_adapter = Path(initial_adapter) if initial_adapter is not None else None
         self.pad_id = pad_id if pad_id is not None else _pad_id(self.model_path)
+        self.vocab_size = _vocab_size(self.model_path)
         self.agent_adapters: dict[str, str] = {}  # one policy for every agent (per-agent LoRA: one VerlPolicy each)
         self.steps = 0
         self.timings: dict[str, float] = {}
@@ -269,11 +285,19 @@ class VerlPolicy:
     def _pack(self, transitions: Sequence[Transition], **kwargs: Any) -> PackedBatch:
         return pack(transitions, pad_id=self.pad_id, multiple_of=self.workers, **kwargs)
 
+    def _token_budget(self, batch: PackedBatch) -> dict[str, Any]:
+        """The micro-batch token budget verl uses for `batch` (only on a CPU: see CPU_LOGITS_BYTES)."""
+        if self.device != "cpu":
+            return {}
+        longest = int(batch.tensors["attention_mask"].sum(dim=1).max())
+        tokens = cpu_micro_batch_tokens(int(self.config.micro_batch_tokens), self.vocab_size, longest)
+        return {"max_token_len_per_gpu": tokens}
+
     def _log_probs(self, batch: PackedBatch, *, reference: bool = False) -> torch.Tensor:
         settings: dict[str, Any] = {"calculate_entropy": False, "compute_loss": False}
         if reference:
             settings["no_lora_adapter"] = True  # verl's ref_in_actor: the base model is the policy, adapter off
-        td = to_worker_input(batch, **settings)
+        td = to_worker_input(batch, **settings, **self._token_budget(batch))
         output = self._wg.compute_log_prob(td)
         return response_values(output, "log_probs", td, batch)
 
@@ -334,6 +358,7 @@ class VerlPolicy:
             seed=self.steps,
             dataloader_kwargs={"shuffle": False},
             compute_loss=True,
+            **self._token_budget(batch),
         )
         from verl.utils import tensordict_utils as tu
 
@@ -481,6 +506,13 @@ class VerlPolicy:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def _vocab_size(model_path: Path) -> int:
+    import json
+
+    config = json.loads((model_path / "config.json").read_text())
+    return int(config.get("vocab_size") or config.get("text_config", {}).get("vocab_size") or 0)
 
 
 def _pad_id(model_path: Path) -> int:
