@@ -9,6 +9,7 @@ back included), for each credit strategy.
 from __future__ import annotations
 
 import random
+import sqlite3
 import tempfile
 import time
 from pathlib import Path
@@ -90,6 +91,22 @@ def fill_store(store: Store, n_tasks: int, rng: random.Random) -> list[str]:
     return rollout_ids
 
 
+def fetch_only(store: Store, rollout_ids: list[str]) -> float:
+    """Seconds to fetch the LLM call rows of these rollouts as tuples, as `rollout_details` does, decoding nothing:
+    the floor under any read path built on sqlite3."""
+    conn = sqlite3.connect(store.path)
+    t0 = time.perf_counter()
+    for start in range(0, len(rollout_ids), 500):
+        chunk = rollout_ids[start : start + 500]
+        marks = ",".join("?" * len(chunk))
+        conn.execute(
+            f"SELECT * FROM llm_calls WHERE rollout_id IN ({marks}) ORDER BY rollout_id, attempt_id, seq", chunk
+        ).fetchall()
+    seconds = time.perf_counter() - t0
+    conn.close()
+    return seconds
+
+
 def main(n_tasks: int = 250, repeats: int = 3) -> dict[str, Any]:
     rng = random.Random(0)
     rows: dict[str, Any] = {"rollouts": n_tasks * GROUP, "LLM calls": n_tasks * GROUP * CALLS_PER_ROLLOUT}
@@ -100,6 +117,7 @@ def main(n_tasks: int = 250, repeats: int = 3) -> dict[str, Any]:
         details = store.rollout_details(ids)
         read_s = time.perf_counter() - t0
         rows["read rollouts from the store: LLM calls/s"] = n_calls / read_s
+        rows["SQLite alone (the calls' rows fetched, nothing decoded): rows/s"] = n_calls / fetch_only(store, ids)
         for strategy in sorted(STRATEGIES):
             best = float("inf")
             for _ in range(repeats):
@@ -116,8 +134,10 @@ def main(n_tasks: int = 250, repeats: int = 3) -> dict[str, Any]:
         rows["grpo with prefix merging: LLM calls/s"] = n_calls / (time.perf_counter() - t0)
         rows["transitions after merging"] = stats.transitions
     in_memory = min(v for k, v in rows.items() if k.endswith("transitions + credit, LLM calls/s"))
+    from_store = min(v for k, v in rows.items() if k.endswith("from the store (read included), LLM calls/s"))
     rows["target: LLM calls/s ≥"] = 100_000
-    rows["meets target"] = in_memory >= 100_000
+    rows["meets target in memory"] = in_memory >= 100_000
+    rows["meets target"] = from_store >= 100_000  # the issue's target: from the store, read included
     report("credit_assignment", rows)
     return rows
 

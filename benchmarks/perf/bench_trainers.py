@@ -107,7 +107,10 @@ def main(steps: int = 8, only: tuple[str, ...] = tuple(SETUPS), eval_tasks: int 
     rows: dict[str, Any] = {"steps": steps, "held-out tasks": eval_tasks}
     with tempfile.TemporaryDirectory(prefix="agl-bench-trainers-") as tmp:
         for name in only:
-            rows.update(run_one(name, steps, eval_tasks, Path(tmp)))
+            try:
+                rows.update(run_one(name, steps, eval_tasks, Path(tmp)))
+            except Exception as exc:  # one setup failing must not lose the others' numbers
+                rows[f"{name}: failed"] = f"{type(exc).__name__}: {exc}"[:500]
     rows.update(targets(rows))
     report("trainers", rows)
     return rows
