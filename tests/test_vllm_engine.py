@@ -212,6 +212,9 @@ def test_served_logprobs_follow_each_update_and_match_the_trainers(vllm_run: Run
 
 def test_each_version_is_loaded_once_under_its_own_name(vllm_run: Run) -> None:
     log = (vllm_run.run_dir / "logs" / "vllm.log").read_text()
+    # agl's CPU layout and plugin were in force for the run whose log-probs the test above checks
+    assert "--distributed-executor-backend uni" in log
+    assert log.count("agl: vLLM 0.32.0: CPU LoRA products grouped by adapter") >= 2  # the server and engine core
     for n in (1, 2, 3):
         assert f"Loaded new LoRA adapter: name 'default@v{n}'" in log
     assert "Removed LoRA adapter: name 'default@v1'" in log  # the version before the previous one is dropped

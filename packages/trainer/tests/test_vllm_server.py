@@ -17,6 +17,7 @@ import pytest
 
 from agl_trainer.backends import EngineError
 from agl_trainer.vllm_server import (
+    CPU_PLUGIN_PATH,
     ENV_ARGS,
     ENV_PYTHON,
     VLLMNotFound,
@@ -122,6 +123,31 @@ def test_the_command_line_asks_for_what_agl_needs(tmp_path: Path, monkeypatch: p
     )
     assert "--enable-lora" not in full.command() and "--gpu-memory-utilization" in full.command()
     assert full.environment()["VLLM_SERVER_DEV_MODE"] == "1"
+    # CUDA: vLLM's own layout and kernels, none of the CPU settings
+    assert "--distributed-executor-backend" not in full.command()
+    assert not {"VLLM_ENABLE_V1_MULTIPROCESSING", "VLLM_CPU_OMP_THREADS_BIND"} & set(full.environment())
+    assert lora_rank_slot(12) == 16
+
+
+def test_on_a_cpu_the_model_runs_in_the_engine_core_with_agls_plugin(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("PYTHONPATH", "/the/trainers/own/path")
+    python = executable(tmp_path / "python")
+    server = VLLMServer(VLLMSettings(model=tmp_path, log_path=tmp_path / "v.log", python=str(python), cpu_threads=3))
+    cmd, env = server.command(), server.environment()
+    assert cmd[cmd.index("--distributed-executor-backend") + 1] == "uni"
+    assert env["VLLM_ENABLE_V1_MULTIPROCESSING"] == "0"  # else vLLM's CPU platform turns uni back into mp
+    assert env["VLLM_CPU_OMP_THREADS_BIND"] == "nobind" and env["OMP_NUM_THREADS"] == "3"
+    # vLLM's python sees the plugin folder, not the trainer's path; the folder registers the plugin's entry point
+    assert env["PYTHONPATH"] == str(CPU_PLUGIN_PATH)
+    entry_points = next(CPU_PLUGIN_PATH.glob("*.dist-info")) / "entry_points.txt"
+    assert "[vllm.general_plugins]" in entry_points.read_text()
+    assert "agl_vllm_cpu:register" in entry_points.read_text()
+    assert (CPU_PLUGIN_PATH / "agl_vllm_cpu.py").is_file()
+
+    stock = VLLMServer(VLLMSettings(model=tmp_path, log_path=tmp_path / "v.log", python=str(python), cpu_layout=False))
+    assert "--distributed-executor-backend" not in stock.command() and "PYTHONPATH" not in stock.environment()
     assert [lora_rank_slot(r) for r in (1, 2, 8, 16, 17, 64)] == [1, 8, 8, 16, 32, 64]
 
 
