@@ -240,11 +240,7 @@ def test_vllm_renders_every_chat_rule_exactly_as_agl(vllm_run: Run) -> None:
 
 
 def test_streamed_ids_equal_the_non_streamed_ones(vllm_run: Run) -> None:
-    messages = [
-        {"role": "system", "content": calculator.SYSTEM},
-        *calculator.shown_examples(2),
-        {"role": "user", "content": "What is 17 * 23?"},
-    ]
+    messages = calculator.first_turn("What is 17 * 23?")
     body = {
         "model": "default@v3",
         "messages": messages,

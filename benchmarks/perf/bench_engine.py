@@ -27,17 +27,7 @@ def prompts(tokenizer: Any) -> dict[str, list[list[int]]]:
     questions = [t["question"] for t in calculator.eval_tasks()[:8]]
     return {
         "short chat": [ids([{"role": "user", "content": f"Tell me a fact about the number {i}."}]) for i in range(8)],
-        "agent prompt": [
-            ids(
-                [
-                    {"role": "system", "content": calculator.SYSTEM},
-                    *calculator.shown_examples(calculator.SHOTS),
-                    {"role": "user", "content": q},
-                ],
-                [calculator.CALCULATOR],
-            )
-            for q in questions
-        ],
+        "agent prompt": [ids(calculator.first_turn(q), [calculator.CALCULATOR]) for q in questions],
     }
 
 

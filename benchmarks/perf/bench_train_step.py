@@ -47,11 +47,7 @@ def reward(text: str, answer: float) -> float:
 def batch(tokenizer: Any) -> list[tuple[str, float]]:
     out = []
     for task in calculator.train_tasks()[:PROMPTS]:
-        messages = [
-            {"role": "system", "content": calculator.SYSTEM},
-            *calculator.shown_examples(calculator.SHOTS),
-            {"role": "user", "content": task["question"]},
-        ]
+        messages = calculator.first_turn(task["question"])
         out.append((render_prompt(tokenizer, messages, [calculator.CALCULATOR]), float(task["answer"])))
     return out
 

@@ -8,7 +8,9 @@ Each runs the same steps on the same tasks with the same seed and reports held-o
 wall minutes, generation throughput (response tokens of the training rollouts' calls / time spent in them) and the
 update's seconds per step. On a CPU the numbers say what each path costs here, not what it gives on GPUs.
 
-    python benchmarks/perf/bench_trainers.py [--steps 8] [--only embedded,vllm+agl,vllm+verl]
+    python benchmarks/perf/bench_trainers.py [--steps 8] [--only embedded,vllm+agl,vllm+verl] [--keep DIR]
+
+`--keep DIR` leaves each setup's run directory (metrics, curve, checkpoints, transitions, logs) under DIR.
 """
 
 from __future__ import annotations
@@ -103,12 +105,14 @@ def targets(rows: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-def main(steps: int = 8, only: tuple[str, ...] = tuple(SETUPS), eval_tasks: int = 8) -> dict[str, Any]:
+def main(
+    steps: int = 8, only: tuple[str, ...] = tuple(SETUPS), eval_tasks: int = 8, keep: Path | None = None
+) -> dict[str, Any]:
     rows: dict[str, Any] = {"steps": steps, "held-out tasks": eval_tasks}
     with tempfile.TemporaryDirectory(prefix="agl-bench-trainers-") as tmp:
         for name in only:
             try:
-                rows.update(run_one(name, steps, eval_tasks, Path(tmp)))
+                rows.update(run_one(name, steps, eval_tasks, keep or Path(tmp)))
             except Exception as exc:  # one setup failing must not lose the others' numbers
                 rows[f"{name}: failed"] = f"{type(exc).__name__}: {exc}"[:500]
     rows.update(targets(rows))
@@ -121,5 +125,6 @@ if __name__ == "__main__":
     parser.add_argument("--steps", type=int, default=8)
     parser.add_argument("--eval-tasks", type=int, default=8)
     parser.add_argument("--only", default=",".join(SETUPS), help="comma-separated: " + ", ".join(SETUPS))
+    parser.add_argument("--keep", type=Path, default=None, help="keep the run directories under this folder")
     args = parser.parse_args()
-    main(args.steps, tuple(s.strip() for s in args.only.split(",") if s.strip()), args.eval_tasks)
+    main(args.steps, tuple(s.strip() for s in args.only.split(",") if s.strip()), args.eval_tasks, args.keep)

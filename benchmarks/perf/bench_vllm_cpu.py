@@ -58,11 +58,7 @@ def random_adapter(folder: Path) -> Path:
 def chat_bodies(model: str) -> list[dict[str, Any]]:
     bodies = []
     for task in calculator.eval_tasks()[:QUESTIONS]:
-        messages = [
-            {"role": "system", "content": calculator.SYSTEM},
-            *calculator.shown_examples(calculator.SHOTS),
-            {"role": "user", "content": task["question"]},
-        ]
+        messages = calculator.first_turn(task["question"])
         bodies.append(
             {
                 "model": model,

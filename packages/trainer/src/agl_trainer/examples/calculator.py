@@ -73,6 +73,11 @@ _OPS: dict[type, Any] = {
 }
 
 
+def first_turn(question: str) -> list[dict[str, Any]]:
+    """The messages of the agent's first call: the system prompt, the worked examples, the question."""
+    return [{"role": "system", "content": SYSTEM}, *shown_examples(SHOTS), {"role": "user", "content": question}]
+
+
 def calculate(expression: str) -> float:
     """Arithmetic without `eval`: numbers, + - * /, parentheses; anything else is refused."""
 
@@ -160,8 +165,7 @@ RECOMMENDED: dict[str, Any] = {
 @agl.rollout
 def solve(task: dict[str, Any], llm: agl.LLM) -> float:
     client = llm.openai_client(max_retries=1)
-    shown = shown_examples(SHOTS)
-    messages: list[Any] = [{"role": "system", "content": SYSTEM}, *shown, {"role": "user", "content": task["question"]}]
+    messages: list[Any] = first_turn(task["question"])
     content = ""
     tools: list[Any] = [CALCULATOR]
     for _ in range(MAX_TURNS):
