@@ -22,7 +22,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from _common import report
+from _common import RESULTS_DIR, report
 
 from agl.store import Store
 from agl_trainer.config import PolicyConfig, TrainConfig
@@ -80,6 +80,38 @@ def run_one(name: str, steps: int, eval_tasks: int, root: Path) -> dict[str, Any
     }
 
 
+def plot(run_dirs: dict[str, Path], out: Path) -> Path:
+    """Train reward per step and each setup's held-out accuracy, the setups side by side, as a PNG."""
+    import matplotlib
+
+    matplotlib.use("Agg")  # no display needed
+    import matplotlib.pyplot as plt
+
+    fig, (reward_ax, time_ax) = plt.subplots(1, 2, figsize=(11, 4), dpi=120)
+    for name, run_dir in run_dirs.items():
+        rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+        train = [r for r in rows if r["kind"] == "train"]
+        evals = [r for r in rows if r["kind"] == "eval"]
+        line = reward_ax.plot([r["step"] for r in train], [r["reward_mean"] for r in train], marker=".", label=name)
+        reward_ax.plot(
+            [r["step"] for r in evals], [r["accuracy"] for r in evals], "o--", color=line[0].get_color(), alpha=0.6
+        )
+        time_ax.plot([0] + [r["elapsed_min"] for r in train], [0] + [r["step"] + 1 for r in train], label=name)
+    reward_ax.set_xlabel("training step")
+    reward_ax.set_ylabel("train reward (line) · held-out accuracy (dashed)")
+    reward_ax.grid(alpha=0.3)
+    reward_ax.legend(loc="lower right")
+    time_ax.set_xlabel("minutes")
+    time_ax.set_ylabel("steps done")
+    time_ax.grid(alpha=0.3)
+    time_ax.legend(loc="lower right")
+    fig.suptitle("calculator agent, bundled SmolLM2-135M, LoRA, 2 CPU cores")
+    fig.tight_layout()
+    fig.savefig(out)
+    plt.close(fig)
+    return out
+
+
 def targets(rows: dict[str, Any]) -> dict[str, Any]:
     """The issue's three targets, from the rows of the setups that ran (a target needs both its setups)."""
     out: dict[str, Any] = {}
@@ -110,11 +142,17 @@ def main(
 ) -> dict[str, Any]:
     rows: dict[str, Any] = {"steps": steps, "held-out tasks": eval_tasks}
     with tempfile.TemporaryDirectory(prefix="agl-bench-trainers-") as tmp:
+        root = keep or Path(tmp)
+        done: dict[str, Path] = {}
         for name in only:
             try:
-                rows.update(run_one(name, steps, eval_tasks, keep or Path(tmp)))
+                rows.update(run_one(name, steps, eval_tasks, root))
+                done[name] = root / name.replace("+", "-")
             except Exception as exc:  # one setup failing must not lose the others' numbers
                 rows[f"{name}: failed"] = f"{type(exc).__name__}: {exc}"[:500]
+        if done:
+            RESULTS_DIR.mkdir(parents=True, exist_ok=True)
+            print(f"curves: {plot(done, RESULTS_DIR / 'trainers.png')}")
     rows.update(targets(rows))
     report("trainers", rows)
     return rows
