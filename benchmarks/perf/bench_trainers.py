@@ -16,7 +16,6 @@ update's seconds per step. On a CPU the numbers say what each path costs here, n
 from __future__ import annotations
 
 import argparse
-import json
 import tempfile
 import time
 from pathlib import Path
@@ -28,6 +27,7 @@ from agl.store import Store
 from agl_trainer.config import PolicyConfig, TrainConfig
 from agl_trainer.examples import calculator
 from agl_trainer.loop import TrainingRun
+from agl_trainer.metrics import MetricsLog
 
 SETUPS: dict[str, dict[str, Any]] = {
     "embedded": {},
@@ -36,8 +36,12 @@ SETUPS: dict[str, dict[str, Any]] = {
 }
 
 
+def run_dir_of(root: Path, name: str) -> Path:
+    return root / name.replace("+", "-")
+
+
 def run_one(name: str, steps: int, eval_tasks: int, root: Path) -> dict[str, Any]:
-    run_dir = root / name.replace("+", "-")
+    run_dir = run_dir_of(root, name)
     config = TrainConfig(
         agent="agl_trainer.examples.calculator:solve",
         train_tasks=calculator.train_tasks(),
@@ -60,8 +64,7 @@ def run_one(name: str, steps: int, eval_tasks: int, root: Path) -> dict[str, Any
     t0 = time.perf_counter()
     summary = TrainingRun(config).run()
     minutes = (time.perf_counter() - t0) / 60
-    rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
-    train = [r for r in rows if r["kind"] == "train"]
+    train = [r for r in MetricsLog(run_dir).rows() if r["kind"] == "train"]
     with Store(run_dir) as store:
         rollouts = [r for r in store.list_rollouts(limit=100_000)[0] if r.mode == "train"]
         details = store.rollout_details([r.id for r in rollouts])
@@ -89,7 +92,7 @@ def plot(run_dirs: dict[str, Path], out: Path) -> Path:
 
     fig, (reward_ax, time_ax) = plt.subplots(1, 2, figsize=(11, 4), dpi=120)
     for name, run_dir in run_dirs.items():
-        rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+        rows = MetricsLog(run_dir).rows()
         train = [r for r in rows if r["kind"] == "train"]
         evals = [r for r in rows if r["kind"] == "eval"]
         line = reward_ax.plot([r["step"] for r in train], [r["reward_mean"] for r in train], marker=".", label=name)
@@ -147,7 +150,7 @@ def main(
         for name in only:
             try:
                 rows.update(run_one(name, steps, eval_tasks, root))
-                done[name] = root / name.replace("+", "-")
+                done[name] = run_dir_of(root, name)
             except Exception as exc:  # one setup failing must not lose the others' numbers
                 rows[f"{name}: failed"] = f"{type(exc).__name__}: {exc}"[:500]
         if done:

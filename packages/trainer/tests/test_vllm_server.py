@@ -127,6 +127,7 @@ def test_the_command_line_asks_for_what_agl_needs(tmp_path: Path, monkeypatch: p
     assert "--distributed-executor-backend" not in full.command()
     assert not {"VLLM_ENABLE_V1_MULTIPROCESSING", "VLLM_CPU_OMP_THREADS_BIND"} & set(full.environment())
     assert lora_rank_slot(12) == 16
+    assert [lora_rank_slot(r) for r in (1, 2, 8, 16, 17, 64)] == [1, 8, 8, 16, 32, 64]
 
 
 def test_on_a_cpu_the_model_runs_in_the_engine_core_with_agls_plugin(
@@ -148,7 +149,6 @@ def test_on_a_cpu_the_model_runs_in_the_engine_core_with_agls_plugin(
 
     stock = VLLMServer(VLLMSettings(model=tmp_path, log_path=tmp_path / "v.log", python=str(python), cpu_layout=False))
     assert "--distributed-executor-backend" not in stock.command() and "PYTHONPATH" not in stock.environment()
-    assert [lora_rank_slot(r) for r in (1, 2, 8, 16, 17, 64)] == [1, 8, 8, 16, 32, 64]
 
 
 # ------------------------------------------------------------------------------------------- lifetime
