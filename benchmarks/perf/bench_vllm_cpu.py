@@ -28,11 +28,10 @@ import httpx
 from _common import report
 
 from agl.processes import read_ready_line
-from agl_trainer.chat_format import engine_chat_template
 from agl_trainer.examples import calculator
 from agl_trainer.models import load_model, resolve_model
 from agl_trainer.policy import PolicyConfig, wrap_lora
-from agl_trainer.vllm_server import VLLMServer, VLLMSettings
+from agl_trainer.remote_engine import start_vllm
 
 QUESTIONS = 16
 CONCURRENT = 8
@@ -104,18 +103,24 @@ def embedded_engine(logs: Path) -> Iterator[tuple[str, str]]:
 
 
 def vllm(agl_layout: bool) -> Callable[[Path], Any]:
+    """vLLM started as `--engine vllm` starts it (`remote_engine.start_vllm`), in agl's CPU layout or vLLM's own."""
+
     @contextmanager
     def start(logs: Path) -> Iterator[tuple[str, str]]:
-        _, tokenizer = load_model(resolve_model("bundled"), device="cpu")
-        settings = VLLMSettings(
-            model=resolve_model("bundled"),
+        from transformers import AutoTokenizer
+
+        model = resolve_model("bundled")
+        server = start_vllm(
+            model,
+            AutoTokenizer.from_pretrained(model),  # for the chat template: the model itself is not needed here
             log_path=logs / f"vllm-{'agl' if agl_layout else 'stock'}.log",
             lora_adapters=1,
-            chat_template=engine_chat_template(tokenizer),
             cpu_layout=agl_layout,
         )
-        with VLLMServer(settings) as server:
+        try:
             yield server.url, "base"
+        finally:
+            server.stop()
 
     return start
 

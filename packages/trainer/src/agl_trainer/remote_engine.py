@@ -39,6 +39,7 @@ def start_vllm(
     lora_adapters: int = 0,
     lora_rank: int = 16,
     full_weights_reload: bool = False,
+    cpu_layout: bool = True,
     console: Console | None = None,
 ) -> VLLMServer:
     """A vLLM server for `model_path` that renders prompts exactly as agl does; stop it with `.stop()`."""
@@ -51,6 +52,7 @@ def start_vllm(
         lora_adapters=lora_adapters,
         lora_rank=lora_rank,
         full_weights_reload=full_weights_reload,
+        cpu_layout=cpu_layout,
         chat_template=engine_chat_template(tokenizer),
         default_max_tokens=DEFAULT_MAX_TOKENS,
     )
