@@ -67,6 +67,17 @@ def test_rollouts_through_proxy_store_exact_calls_agents_and_rewards(
         span_of = {s.span_id: s for s in detail.spans}
         assert span_of[planner.parent_span_id].name == "agent:planner"
 
+    # the training read over HTTP (packed ids in base64) holds exactly the final attempts' calls and rewards
+    for got in client.trainable_rollouts(ids):
+        detail = client.rollout_detail(got.rollout.id)
+        final = [c for c in detail.llm_calls if c.attempt_id == got.rollout.final_attempt_id]
+        assert [(c.id, list(c.prompt_ids or []), list(c.response_ids or [])) for c in got.llm_calls] == [
+            (c.id, c.prompt_ids, c.response_ids) for c in final
+        ]
+        assert [list(c.logprobs or []) for c in got.llm_calls] == [c.logprobs for c in final]
+        assert [c.response_message for c in got.llm_calls] == [c.response_message for c in final]
+        assert got.rewards == [r for r in detail.rewards if r.attempt_id == got.rollout.final_attempt_id]
+
     shown = run_cli("show", ids[0], f"--server={server.url}").stdout
     for expected in ("planner", "answerer", "calculator", "tool_ok", "succeeded"):
         assert expected in shown

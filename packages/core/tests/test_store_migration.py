@@ -57,6 +57,12 @@ def test_a_version_3_store_reads_back_what_was_written(v3_run: Path) -> None:
         assert store.counts()["llm_calls"] == 2
         # the trainer's bulk read path gives the same as the one-rollout read
         assert store.rollout_details([succeeded[0].id])[0].llm_calls == detail.llm_calls
+        # and the training read, packed, the same ids
+        (trainable,) = store.trainable_rollouts([succeeded[0].id])
+        assert [
+            (list(c.prompt_ids or []), list(c.response_ids or []), None if c.logprobs is None else list(c.logprobs))
+            for c in trainable.llm_calls
+        ] == [(PROMPT, RESPONSE, LOGPROBS), (PROMPT + RESPONSE + [11], [12], None)]
 
 
 def test_new_calls_go_in_beside_the_old_rows_as_blobs(v3_run: Path) -> None:

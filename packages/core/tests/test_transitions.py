@@ -89,9 +89,9 @@ def test_prefix_merging_joins_a_growing_chat_and_masks_what_the_environment_adde
     assert ep is not None and len(ep.transitions) == 2
     merged, other = ep.transitions
     assert merged.prompt_ids == [1, 2]
-    assert merged.response_ids == [3, 9, 9, 4, 5]
+    assert list(merged.response_ids) == [3, 9, 9, 4, 5]  # merged turns are packed arrays
     assert merged.response_mask == [1, 0, 0, 1, 1]
-    assert merged.logprobs == [-0.1, 0.0, 0.0, -0.2, -0.3]
+    assert merged.logprobs is not None and list(merged.logprobs) == [-0.1, 0.0, 0.0, -0.2, -0.3]
     assert merged.reward == 0.5 and other.reward == 1.0
     assert len(merged.call_ids) == 2
     _, stats = build_episodes([detail(run)], merge_prefixes=True)

@@ -14,7 +14,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 from agl.air import AirRule, AnswerParseRule, ToolStatusRule, final_attempt_calls, llm_seq_before
-from agl.schema import RewardIn, RewardSource, RolloutDetail
+from agl.schema import RewardIn, RewardSource
+from agl.trainable import RolloutView
 from agl_bench.musique.evaluate import parse_answer
 
 AGENT = "researcher"
@@ -34,7 +35,7 @@ class EmptyRetrievalRule:
     reward: float = -0.1
     name: str = "air:empty_retrieval"
 
-    def __call__(self, detail: RolloutDetail) -> Iterable[RewardIn]:
+    def __call__(self, detail: RolloutView) -> Iterable[RewardIn]:
         attempt = detail.rollout.final_attempt_id
         if attempt is None:
             return

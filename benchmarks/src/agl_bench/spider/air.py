@@ -13,7 +13,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 from agl.air import AirRule, ToolStatusRule, final_attempt_calls
-from agl.schema import RewardIn, RewardSource, RolloutDetail
+from agl.schema import RewardIn, RewardSource
+from agl.trainable import RolloutView
 from agl_bench.spider.evaluate import extract_sql
 
 SQL_TOOL = "execute_sql"  # the tool span the agent records for each query it runs
@@ -25,7 +26,7 @@ class NoSqlRule:
     agents: tuple[str, ...] = ("writer", "rewriter")
     name: str = "air:no_sql"
 
-    def __call__(self, detail: RolloutDetail) -> Iterable[RewardIn]:
+    def __call__(self, detail: RolloutView) -> Iterable[RewardIn]:
         for call in final_attempt_calls(detail):
             if call.agent_name not in self.agents or call.response_message is None:
                 continue

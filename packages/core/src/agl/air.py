@@ -1,7 +1,8 @@
 """Automatic Intermediate Rewarding (AIR): rules that read runtime signals already in a rollout's trace and
 turn them into intermediate rewards, so that a long run teaches more than its final score.
 
-A rule is any callable `RolloutDetail → iterable of RewardIn`; the built-in ones:
+A rule is any callable `RolloutView → iterable of RewardIn` (a `RolloutDetail`, or the `TrainableRollout` the
+trainer reads: the same attributes, see agl.trainable); the built-in ones:
 
 - `ToolStatusRule`: a tool span that ended in error gives `error_reward` (default −0.1) right after the LLM call
   that asked for the tool; one that succeeded gives `ok_reward` (default 0: rewarding every tool call invites
@@ -19,25 +20,28 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeVar
 
-from agl.schema import LLMCall, Reward, RewardIn, RewardSource, RolloutDetail, Span, SpanStatus
+from agl.schema import Reward, RewardIn, RewardSource, Span, SpanStatus
 from agl.tracing import attributes as attr
+from agl.trainable import CallView, RolloutView
+
+V = TypeVar("V", bound=RolloutView)
 
 
 class AirRule(Protocol):
     @property
     def name(self) -> str: ...
 
-    def __call__(self, detail: RolloutDetail) -> Iterable[RewardIn]: ...
+    def __call__(self, detail: RolloutView) -> Iterable[RewardIn]: ...
 
 
-def final_attempt_calls(detail: RolloutDetail) -> list[LLMCall]:
+def final_attempt_calls(detail: RolloutView) -> list[CallView]:
     attempt = detail.rollout.final_attempt_id
     return sorted((c for c in detail.llm_calls if c.attempt_id == attempt), key=lambda c: c.seq)
 
 
-def llm_seq_before(span: Span, calls: Sequence[LLMCall]) -> int | None:
+def llm_seq_before(span: Span, calls: Sequence[CallView]) -> int | None:
     """The call a span came after: the span's own record of it, else the last call that had answered when the
     span started (spans from other tracers carry only times)."""
     recorded = span.attributes.get(attr.AFTER_LLM_SEQ)
@@ -58,7 +62,7 @@ class ToolStatusRule:
     name: str = "air:tool_status"
     tool: str | None = None  # only this tool's spans (e.g. a task's `execute_sql`); None: every tool
 
-    def __call__(self, detail: RolloutDetail) -> Iterable[RewardIn]:
+    def __call__(self, detail: RolloutView) -> Iterable[RewardIn]:
         attempt = detail.rollout.final_attempt_id
         if attempt is None:
             return
@@ -104,7 +108,7 @@ class AnswerParseRule:
     agent: str | None = None  # whose last answer to check; None: the last call of the rollout
     name: str = "air:unparsable_answer"
 
-    def __call__(self, detail: RolloutDetail) -> Iterable[RewardIn]:
+    def __call__(self, detail: RolloutView) -> Iterable[RewardIn]:
         calls = [c for c in final_attempt_calls(detail) if self.agent is None or c.agent_name == self.agent]
         if not calls:
             return
@@ -136,7 +140,7 @@ class AnswerParseRule:
 DEFAULT_RULES: tuple[AirRule, ...] = (ToolStatusRule(),)
 
 
-def air_rewards(detail: RolloutDetail, rules: Sequence[AirRule] = DEFAULT_RULES) -> list[RewardIn]:
+def air_rewards(detail: RolloutView, rules: Sequence[AirRule] = DEFAULT_RULES) -> list[RewardIn]:
     """The automatic rewards of one rollout that are not stored yet (matched by uid)."""
     stored = {r.uid for r in detail.rewards if r.uid}
     out: list[RewardIn] = []
@@ -145,11 +149,11 @@ def air_rewards(detail: RolloutDetail, rules: Sequence[AirRule] = DEFAULT_RULES)
     return out
 
 
-def with_air(detail: RolloutDetail, rules: Sequence[AirRule] = DEFAULT_RULES) -> RolloutDetail:
+def with_air(detail: V, rules: Sequence[AirRule] = DEFAULT_RULES) -> V:
     """A copy of `detail` whose rewards include the rules' automatic rewards (each once)."""
     new = air_rewards(detail, rules)
     if not new:
         return detail
     next_id = max((r.id for r in detail.rewards), default=0) + 1
     added = [Reward(id=next_id + i, **{**r.model_dump(), "timestamp": r.timestamp or 0.0}) for i, r in enumerate(new)]
-    return detail.model_copy(update={"rewards": [*detail.rewards, *added]})
+    return detail.with_rewards([*detail.rewards, *added])

@@ -25,6 +25,7 @@ from agl.schema import (
     TaskIn,
 )
 from agl.tracing import attributes as attr
+from agl.trainable import TrainableRollout, from_wire
 
 API = "/api/v1"
 DEFAULT_SERVER = "http://127.0.0.1:8765"
@@ -107,6 +108,11 @@ class Client:
         _raise_for(resp)
         return resp.json()
 
+    def _raw(self, method: str, path: str, body: Any = None) -> bytes:
+        resp = self._http.request(method, API + path, json=body)
+        _raise_for(resp)
+        return resp.content
+
     def info(self) -> dict[str, Any]:
         return dict(self._call("GET", "/info"))
 
@@ -158,6 +164,14 @@ class Client:
             out += _details.validate_python(
                 self._call("POST", "/rollouts/details", {"ids": list(ids[start : start + 1000])})
             )
+        return out
+
+    def trainable_rollouts(self, ids: Sequence[str]) -> list[TrainableRollout]:
+        """What training reads of many rollouts (their final attempts, token ids packed; agl.trainable), in few
+        requests; unknown ids are skipped."""
+        out: list[TrainableRollout] = []
+        for start in range(0, len(ids), 1000):
+            out += from_wire(self._raw("POST", "/rollouts/trainable", {"ids": list(ids[start : start + 1000])}))
         return out
 
     def cancel(self, rollout_id: str) -> Rollout:

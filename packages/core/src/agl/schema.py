@@ -332,6 +332,10 @@ class RolloutDetail(_Model):
     llm_calls: list[LLMCall]
     rewards: list[Reward]
 
+    def with_rewards(self, rewards: list[Reward]) -> RolloutDetail:
+        """A copy holding these rewards instead (AIR's, added to the stored ones)."""
+        return self.model_copy(update={"rewards": rewards})
+
 
 class DetailsRequest(_Model):
     ids: list[str] = Field(max_length=10_000)

@@ -15,12 +15,16 @@ the tokens the environment appended (`response_mask` 0: not trained) and the new
 
 from __future__ import annotations
 
+from array import array
 from collections import Counter
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
+from operator import attrgetter
 
-from agl.schema import LLMCall, Reward, RewardSource, Rollout, RolloutDetail, RolloutStatus
+from agl.packed import FLOAT64, INT32
+from agl.schema import Reward, RewardSource, Rollout, RolloutStatus
 from agl.selection import AgentSelection
+from agl.trainable import CallView, RolloutView
 
 # Names frameworks give agents the user did not name, so that calls of different agents collapse into one name
 # that no selection can tell apart: LangChain's `create_agent` without `name=` runs its model in a node called
@@ -35,10 +39,12 @@ class Transition:
     attempt_id: str
     seq: int  # the (first) call's sequence number in its attempt
     agent_name: str | None
-    prompt_ids: list[int]
-    response_ids: list[int]
+    # Token ids as the read gave them: packed int32 arrays from `Store.trainable_rollouts` (no int object per
+    # id), lists from a `RolloutDetail`; merged turns are arrays.
+    prompt_ids: Sequence[int]
+    response_ids: Sequence[int]
     response_mask: list[int]  # 1: produced by the policy (trained); 0: appended by the environment (merged turns)
-    logprobs: list[float] | None  # behaviour log-probs of response_ids (0.0 where the mask is 0); None if unknown
+    logprobs: Sequence[float] | None  # behaviour log-probs of response_ids (0.0 where the mask is 0); None if unknown
     model_version: int | None
     call_ids: list[str]
     reward: float = 0.0  # rewards credited at this step (intermediate ones after it, the final one if last)
@@ -123,7 +129,22 @@ class BuildStats:
         return "; ".join(parts)
 
 
-def _call_reason(call: LLMCall, selection: AgentSelection) -> str | None:
+def concat_ids(*parts: Sequence[int]) -> array[int]:
+    """One int32 array of these id sequences, end to end (arrays are copied as blocks)."""
+    out = array(INT32)
+    for part in parts:
+        out.extend(part)
+    return out
+
+
+def _concat_floats(*parts: Sequence[float]) -> array[float]:
+    out = array(FLOAT64)
+    for part in parts:
+        out.extend(part)
+    return out
+
+
+def _call_reason(call: CallView, selection: AgentSelection) -> str | None:
     """Why a call gives no transition, or None if it does."""
     if not selection.selects(call.agent_name, call.agent_key):
         if call.agent_name is not None:
@@ -138,7 +159,7 @@ def _call_reason(call: LLMCall, selection: AgentSelection) -> str | None:
     return None
 
 
-def _to_transition(call: LLMCall, rollout: Rollout, stats: BuildStats) -> Transition:
+def _to_transition(call: CallView, rollout: Rollout, stats: BuildStats) -> Transition:
     # The id lists are shared with the call, not copied: they are long, and nothing changes them in place
     # (merging builds new lists).
     response = call.response_ids or []
@@ -179,10 +200,10 @@ def _extends(prev: Transition, nxt: Transition) -> bool:
 def _merge(prev: Transition, nxt: Transition) -> None:
     head = len(prev.prompt_ids) + len(prev.response_ids)
     appended = nxt.prompt_ids[head:]
-    prev.response_ids = prev.response_ids + appended + nxt.response_ids  # new lists: the calls' stay intact
+    prev.response_ids = concat_ids(prev.response_ids, appended, nxt.response_ids)  # new: the calls' stay intact
     prev.response_mask = prev.response_mask + [0] * len(appended) + nxt.response_mask
     if prev.logprobs is not None and nxt.logprobs is not None:
-        prev.logprobs = prev.logprobs + [0.0] * len(appended) + nxt.logprobs
+        prev.logprobs = _concat_floats(prev.logprobs, [0.0] * len(appended), nxt.logprobs)
     else:
         prev.logprobs = None
     prev.call_ids = prev.call_ids + nxt.call_ids
@@ -191,8 +212,11 @@ def _merge(prev: Transition, nxt: Transition) -> None:
         prev.model_version = None  # a merged turn spans two policies: no single version produced it
 
 
+_SEQ = attrgetter("seq")
+
+
 def build_episode(
-    detail: RolloutDetail,
+    detail: RolloutView,
     selection: AgentSelection = AgentSelection(),
     *,
     merge_prefixes: bool = False,
@@ -216,7 +240,7 @@ def build_episode(
         return None
 
     transitions: list[Transition] = []
-    for call in sorted((c for c in detail.llm_calls if c.attempt_id == attempt), key=lambda c: c.seq):
+    for call in sorted([c for c in detail.llm_calls if c.attempt_id == attempt], key=_SEQ):
         stats.missed_attribution += call.attribution.lost
         if call.agent_name in GENERIC_AGENT_NAMES:
             stats.generic_names[call.agent_name] += 1
@@ -277,7 +301,7 @@ def _merge_prefixes(transitions: list[Transition], max_tokens: int | None, stats
 
 
 def build_episodes(
-    details: Iterable[RolloutDetail],
+    details: Iterable[RolloutView],
     selection: AgentSelection = AgentSelection(),
     *,
     merge_prefixes: bool = False,

@@ -37,8 +37,9 @@ from agl.air import DEFAULT_RULES, AirRule, air_rewards, with_air
 from agl.client import Client
 from agl.credit import CreditConfig, assign_credit
 from agl.processes import ServerProcess, start_server, start_worker
-from agl.schema import ModelVersionIn, Rollout, RolloutDetail
+from agl.schema import ModelVersionIn, Rollout
 from agl.selection import AgentSelection
+from agl.trainable import TrainableRollout
 from agl.transitions import build_episodes
 from agl_trainer.backends import InferenceBackend, PolicyBackend
 from agl_trainer.config import TrainConfig as TrainConfig  # re-exported: the run and its config, together
@@ -242,14 +243,15 @@ class TrainingRun:
             logs=self.run_dir / "logs",
         )
 
-    def _details(self, rollouts: Sequence[Rollout]) -> list[RolloutDetail]:
-        details = self.client.rollout_details([r.id for r in rollouts])
+    def _trainable(self, rollouts: Sequence[Rollout]) -> list[TrainableRollout]:
+        """The step's rollouts as training reads them (final attempts, packed token ids), with AIR's rewards."""
+        found = self.client.trainable_rollouts([r.id for r in rollouts])
         if not self.rules:
-            return details
-        new = [reward for d in details for reward in air_rewards(d, self.rules)]
+            return found
+        new = [reward for d in found for reward in air_rewards(d, self.rules)]
         if new:
             self.client.add_rewards(new)  # stored (once, by uid) so `agl show` displays them too
-        return [with_air(d, self.rules) for d in details]
+        return [with_air(d, self.rules) for d in found]
 
     # ----------------------------------------------------------------------------------- steps
 
@@ -260,9 +262,11 @@ class TrainingRun:
             self._tasks_for_step(step), n=cfg.group_size, mode="train", step=step, label=f"step {step + 1}/{cfg.steps}"
         )
         t_rollouts = time.monotonic() - t_start
-        details = self._details(rollouts)
         episodes, build = build_episodes(
-            details, self.selection, merge_prefixes=cfg.merge_prefixes, max_tokens=cfg.max_transition_tokens
+            self._trainable(rollouts),
+            self.selection,
+            merge_prefixes=cfg.merge_prefixes,
+            max_tokens=cfg.max_transition_tokens,
         )
         credit = assign_credit(episodes, cfg.strategy, CreditConfig(gamma=cfg.gamma))
         transitions = [t for ep in episodes for t in ep.transitions]

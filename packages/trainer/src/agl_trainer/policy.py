@@ -33,7 +33,7 @@ from typing import Any
 
 import torch
 
-from agl.transitions import Transition
+from agl.transitions import Transition, concat_ids
 from agl_trainer.config import PolicyConfig as PolicyConfig  # re-exported beside the trainer it configures
 from agl_trainer.packing import pack
 
@@ -175,7 +175,7 @@ class PolicyTrainer:
         """The batch as [shared prefix][left padding][own prompt rest + response], responses ending in the
         last column. The prefix every sequence shares (the agent's system prompt, tools, examples) is run once
         and its keys/values repeated for the batch; gradients still flow through it, so this is exact."""
-        seqs = [t.prompt_ids + t.response_ids for t in batch]
+        seqs = [concat_ids(t.prompt_ids, t.response_ids) for t in batch]
         packed = pack(seqs, prefix_limit=min(len(t.prompt_ids) for t in batch) - 1, pad_id=self.pad_id)
         resp = max(len(t.response_ids) for t in batch)
         n = len(batch)

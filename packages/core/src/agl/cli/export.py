@@ -3,8 +3,9 @@ a summary of what it keeps and drops (per agent, per reason) — to check a sele
 
 from __future__ import annotations
 
+from array import array
 from collections.abc import Iterator
-from typing import IO
+from typing import IO, Any
 
 import orjson
 from rich.console import Console
@@ -26,12 +27,19 @@ def _episodes(client: Client, selection: AgentSelection, step: int | None, stats
             rollouts, total = client.list_rollouts(status=status.value, step=step, limit=PAGE, offset=offset)
             if not rollouts:
                 break
-            episodes, page_stats = build_episodes(client.rollout_details([r.id for r in rollouts]), selection)
+            episodes, page_stats = build_episodes(client.trainable_rollouts([r.id for r in rollouts]), selection)
             stats.merge(page_stats)
             yield from episodes
             offset += len(rollouts)
             if offset >= total:
                 break
+
+
+def _listed(value: object) -> list[Any]:
+    """Packed id and log-prob arrays (agl.trainable) as JSON lists."""
+    if isinstance(value, array):
+        return value.tolist()
+    raise TypeError(f"{type(value).__name__} is not JSON serializable")
 
 
 def export_transitions(
@@ -55,7 +63,7 @@ def export_transitions(
                 "logprobs": t.logprobs,
                 "call_ids": t.call_ids,
             }
-            out.write(orjson.dumps(row) + b"\n")
+            out.write(orjson.dumps(row, default=_listed) + b"\n")
     return stats
 
 

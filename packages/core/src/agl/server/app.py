@@ -54,6 +54,7 @@ from agl.server.otlp import otlp_success_response, parse_otlp_traces
 from agl.server.proxy import LLMProxy, UpstreamConfig
 from agl.store import ConflictError, NotFoundError, Store
 from agl.tracing import attributes as attr
+from agl.trainable import to_wire
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -281,6 +282,13 @@ class Server:
         async def rollout_details(req: DetailsRequest) -> list[RolloutDetail]:
             """Everything stored about many rollouts at once (the trainer's read); unknown ids are skipped."""
             return await run_in_threadpool(store.rollout_details, req.ids)
+
+        @app.post(f"{API}/rollouts/trainable", tags=["rollouts"], response_class=Response)
+        async def trainable_rollouts(req: DetailsRequest) -> Response:
+            """What training reads of many rollouts: each with the spans, LLM calls and rewards of its final
+            attempt, token ids and log-probs as base64 of packed little-endian int32 / float64 (agl.trainable)."""
+            found = await run_in_threadpool(store.trainable_rollouts, req.ids)
+            return Response(await run_in_threadpool(to_wire, found), media_type="application/json")
 
         @app.post(f"{API}/rollouts/{{rollout_id}}/cancel", tags=["rollouts"])
         async def cancel(rollout_id: str) -> Rollout:

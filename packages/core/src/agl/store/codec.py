@@ -9,16 +9,15 @@ decoders take whichever of the two a row holds.
 
 from __future__ import annotations
 
-import sys
 from array import array
 from collections.abc import Sequence
 from typing import Any
 
 import orjson
 
-_INT32 = next(code for code in "ilh" if array(code).itemsize == 4)
-_FLOAT64 = "d"
-_BIG_ENDIAN = sys.byteorder == "big"
+from agl.packed import BIG_ENDIAN as _BIG_ENDIAN
+from agl.packed import FLOAT64 as _FLOAT64
+from agl.packed import INT32 as _INT32
 
 
 def dumps(value: Any) -> str:

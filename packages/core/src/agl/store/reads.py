@@ -10,6 +10,7 @@ import sqlite3
 from collections.abc import Iterable, Iterator, Sequence
 from typing import Any
 
+from agl.packed import floats_array, ids_array
 from agl.schema import (
     Attempt,
     AttemptStatus,
@@ -25,6 +26,7 @@ from agl.schema import (
 )
 from agl.store import rows
 from agl.store.errors import NotFoundError
+from agl.store.gc_pause import gc_paused
 from agl.store.schema import (
     ATTEMPT_COLUMNS,
     LLM_CALL_COLUMNS,
@@ -35,6 +37,7 @@ from agl.store.schema import (
     TASK_COLUMNS,
     columns,
 )
+from agl.trainable import TrainableCall, TrainableRollout
 
 _TASKS = f"SELECT {columns(TASK_COLUMNS)} FROM tasks"
 _ROLLOUTS = f"SELECT {columns(ROLLOUT_COLUMNS)} FROM rollouts"
@@ -42,6 +45,7 @@ _ATTEMPTS = f"SELECT {columns(ATTEMPT_COLUMNS)} FROM attempts"
 _SPANS = f"SELECT {columns(SPAN_COLUMNS)} FROM spans"
 _LLM_CALLS = f"SELECT {columns(LLM_CALL_COLUMNS)} FROM llm_calls"
 _REWARDS = f"SELECT {columns(REWARD_COLUMNS)} FROM rewards"
+_ATTRIBUTION = {m.value: m for m in Attribution}
 _CHUNK = 500  # ids per `IN (...)`: well under SQLite's limit on bound parameters
 
 
@@ -182,6 +186,87 @@ def rollout_details(conn: sqlite3.Connection, rollout_ids: Sequence[str]) -> lis
                 rollout = found[rid]
                 out.append(_detail(rollout, tasks[rollout.task_id], *parts[rid]))
     return out
+
+
+# The columns of an LLM call that training reads (agl.trainable.TrainableCall), in its field order
+_TRAINABLE_CALLS = (
+    "SELECT id, rollout_id, attempt_id, seq, agent_name, agent_key, attribution, status, trainable,"
+    " not_trainable_reason, model_version, temperature, started_at, latency_s, prompt_ids, response_ids, logprobs,"
+    " response_message FROM llm_calls"
+)
+
+
+def _trainable_call(row: tuple[Any, ...]) -> TrainableCall:
+    trainable, reason = bool(row[8]), row[9]
+    try:
+        prompt = None if row[14] is None else ids_array(row[14])
+        response = None if row[15] is None else ids_array(row[15])
+    except (OverflowError, TypeError, ValueError):  # JSON text holding what no int32 holds: no token ids at all
+        prompt = response = None
+        trainable, reason = False, "token ids that are not int32"
+    return TrainableCall(
+        row[0],
+        row[1],
+        row[2],
+        row[3],
+        row[4],
+        row[5],
+        _ATTRIBUTION[row[6]],
+        row[7],
+        trainable,
+        reason,
+        row[10],
+        row[11],
+        row[12],
+        row[13],
+        prompt,
+        response,
+        None if row[16] is None else floats_array(row[16]),
+        row[17],
+    )
+
+
+def trainable_rollouts(conn: sqlite3.Connection, rollout_ids: Sequence[str]) -> list[TrainableRollout]:
+    """What training reads of these rollouts (agl.trainable): each with the spans, LLM calls and rewards of its
+    final attempt, token ids kept packed. Unknown ids are skipped; a rollout with no final attempt has none."""
+    out: list[TrainableRollout] = []
+    with gc_paused():
+        for start in range(0, len(rollout_ids), _CHUNK):
+            out += _trainable_chunk(conn, list(rollout_ids[start : start + _CHUNK]))
+    return out
+
+
+def _trainable_chunk(conn: sqlite3.Connection, chunk: list[str]) -> list[TrainableRollout]:
+    in_chunk = f"IN ({_marks(len(chunk))})"
+    found = {r.id: r for r in map(rows.rollout, _tuples(conn, f"{_ROLLOUTS} WHERE id {in_chunk}", chunk))}
+    task_ids = sorted({r.task_id for r in found.values()})
+    tasks = {
+        t.id: t for t in map(rows.task, _tuples(conn, f"{_TASKS} WHERE id IN ({_marks(len(task_ids))})", task_ids))
+    }
+    finals = sorted({r.final_attempt_id for r in found.values() if r.final_attempt_id is not None})
+    # (spans, calls, rewards) of each final attempt
+    parts: dict[str, tuple[list[Span], list[TrainableCall], list[Reward]]] = {a: ([], [], []) for a in finals}
+    if finals:
+        # the (attempt_id, seq) index gives each attempt's calls in order
+        calls = _tuples(
+            conn, f"{_TRAINABLE_CALLS} WHERE attempt_id IN ({_marks(len(finals))}) ORDER BY attempt_id, seq", finals
+        )
+        for call in map(_trainable_call, calls):
+            parts[call.attempt_id][1].append(call)
+        # spans and rewards are indexed by rollout: the chunk's are read, the final attempts' kept
+        for s in map(rows.span, _tuples(conn, f"{_SPANS} WHERE rollout_id {in_chunk} ORDER BY start_time", chunk)):
+            if s.attempt_id is not None and (part := parts.get(s.attempt_id)) is not None:
+                part[0].append(s)
+        for w in map(
+            rows.reward, _tuples(conn, f"{_REWARDS} WHERE rollout_id {in_chunk} ORDER BY timestamp, id", chunk)
+        ):
+            if (part := parts.get(w.attempt_id)) is not None:
+                part[2].append(w)
+    return [
+        TrainableRollout(r, tasks[r.task_id], *(parts.get(r.final_attempt_id or "") or ([], [], [])))
+        for rid in chunk
+        if (r := found.get(rid)) is not None
+    ]
 
 
 def iter_final_llm_calls(conn: sqlite3.Connection, *, step: int | None = None) -> Iterator[tuple[Rollout, LLMCall]]:

@@ -36,6 +36,7 @@ from agl.schema import (
 from agl.store import lifecycle, reads, records, rows, schema
 from agl.store.schema import DB_FILENAME
 from agl.store.writer import Writer
+from agl.trainable import TrainableRollout
 
 T = TypeVar("T")
 
@@ -252,6 +253,10 @@ class Store:
     def rollout_details(self, rollout_ids: Sequence[str]) -> list[RolloutDetail]:
         """`rollout_detail` of many rollouts in a few queries (the trainer's read path); unknown ids are skipped."""
         return reads.rollout_details(self._reader(), rollout_ids)
+
+    def trainable_rollouts(self, rollout_ids: Sequence[str]) -> list[TrainableRollout]:
+        """What training reads of many rollouts (their final attempts, token ids packed): agl.trainable."""
+        return reads.trainable_rollouts(self._reader(), rollout_ids)
 
     def iter_final_llm_calls(self, *, step: int | None = None) -> Iterator[tuple[Rollout, LLMCall]]:
         """LLM calls of the final attempt of every succeeded rollout: the calls that may become transitions."""

@@ -1,0 +1,233 @@
+"""What training reads of a rollout: its final attempt, with token ids kept packed.
+
+`RolloutDetail` is everything stored about a rollout, as pydantic models with token ids as lists of Python ints:
+right for `agl show` and the API, and the slowest possible input for training. Making an int object for every
+token id (and touching each one's reference count whenever a list is copied) was most of the time of reading a
+step's calls back. `TrainableRollout` holds only what transitions, credit assignment and AIR rules use — the
+rollout, its task, and the spans, LLM calls and rewards of its final attempt — and keeps token ids and
+log-probs as packed `array`s from the store's BLOBs to the trainer's tensors.
+
+It reads like a `RolloutDetail` (the same attribute names, `TrainableCall` like `LLMCall`), so AIR rules and
+`agl.transitions` take either (`RolloutView`, `CallView`). Over HTTP it travels as JSON with the packed arrays
+in base64 (`to_wire` / `from_wire`): no token id is ever written as a JSON number.
+"""
+
+from __future__ import annotations
+
+import base64
+from array import array
+from collections.abc import Sequence
+from dataclasses import dataclass, field, replace
+from typing import Any, Protocol, Self
+
+import orjson
+from pydantic import JsonValue, TypeAdapter
+
+from agl.packed import array_bytes, floats_array, ids_array
+from agl.schema import Attribution, Reward, Rollout, Span, Task
+
+
+class CallView(Protocol):
+    """An LLM call as training and AIR rules read it: an `LLMCall` or a `TrainableCall`."""
+
+    @property
+    def id(self) -> str: ...
+    @property
+    def rollout_id(self) -> str: ...
+    @property
+    def attempt_id(self) -> str: ...
+    @property
+    def seq(self) -> int: ...
+    @property
+    def agent_name(self) -> str | None: ...
+    @property
+    def agent_key(self) -> str | None: ...
+    @property
+    def attribution(self) -> Attribution: ...
+    @property
+    def status(self) -> str: ...
+    @property
+    def trainable(self) -> bool: ...
+    @property
+    def not_trainable_reason(self) -> str | None: ...
+    @property
+    def model_version(self) -> int | None: ...
+    @property
+    def temperature(self) -> float | None: ...
+    @property
+    def started_at(self) -> float: ...
+    @property
+    def latency_s(self) -> float: ...
+    @property
+    def prompt_ids(self) -> Sequence[int] | None: ...
+    @property
+    def response_ids(self) -> Sequence[int] | None: ...
+    @property
+    def logprobs(self) -> Sequence[float] | None: ...
+    @property
+    def response_message(self) -> dict[str, JsonValue] | None: ...
+
+
+class RolloutView(Protocol):
+    """A rollout as training and AIR rules read it: a `RolloutDetail` or a `TrainableRollout`. Only the final
+    attempt's calls, spans and rewards count for training (a `RolloutDetail` also holds earlier attempts')."""
+
+    @property
+    def rollout(self) -> Rollout: ...
+    @property
+    def task(self) -> Task: ...
+    @property
+    def spans(self) -> Sequence[Span]: ...
+    @property
+    def llm_calls(self) -> Sequence[CallView]: ...
+    @property
+    def rewards(self) -> Sequence[Reward]: ...
+
+    def with_rewards(self, rewards: list[Reward]) -> Self: ...
+
+
+_NOT_READ: Any = object()  # response_message not decoded yet
+
+
+@dataclass(slots=True, eq=False)
+class TrainableCall:
+    """An LLM call as training reads it (the fields of `LLMCall` that transitions and AIR rules use). Token ids
+    are int32 arrays and log-probs float64 arrays; the answer message is decoded from its JSON on first use."""
+
+    id: str
+    rollout_id: str
+    attempt_id: str
+    seq: int
+    agent_name: str | None
+    agent_key: str | None
+    attribution: Attribution
+    status: str
+    trainable: bool
+    not_trainable_reason: str | None
+    model_version: int | None
+    temperature: float | None
+    started_at: float
+    latency_s: float
+    prompt_ids: array[int] | None
+    response_ids: array[int] | None
+    logprobs: array[float] | None
+    response_json: str | None  # the answer message as stored (JSON text)
+    _message: Any = field(default=_NOT_READ, repr=False)
+
+    @property
+    def response_message(self) -> dict[str, JsonValue] | None:
+        if self._message is _NOT_READ:
+            self._message = None if self.response_json is None else orjson.loads(self.response_json)
+        return self._message  # type: ignore[no-any-return]
+
+
+@dataclass(slots=True, eq=False)
+class TrainableRollout:
+    """A rollout with the spans, LLM calls (in `seq` order) and rewards of its final attempt."""
+
+    rollout: Rollout
+    task: Task
+    spans: list[Span]
+    llm_calls: list[TrainableCall]
+    rewards: list[Reward]
+
+    def with_rewards(self, rewards: list[Reward]) -> TrainableRollout:
+        return replace(self, rewards=rewards)
+
+
+# ----------------------------------------------------------------------------------------------- wire format
+
+_ATTRIBUTION = {m.value: m for m in Attribution}
+_rollout = TypeAdapter(Rollout)
+_task = TypeAdapter(Task)
+_spans = TypeAdapter(list[Span])
+_rewards = TypeAdapter(list[Reward])
+
+
+def _b64(values: array[Any] | None) -> str | None:
+    return None if values is None else base64.b64encode(array_bytes(values)).decode("ascii")
+
+
+def _ids(text: str | None) -> array[int] | None:
+    return None if text is None else ids_array(base64.b64decode(text))
+
+
+def _floats(text: str | None) -> array[float] | None:
+    return None if text is None else floats_array(base64.b64decode(text))
+
+
+def to_wire(rollouts: Sequence[TrainableRollout]) -> bytes:
+    """JSON for HTTP: models as their JSON, each call's packed arrays as base64 of their little-endian bytes."""
+    return orjson.dumps(
+        [
+            {
+                "rollout": r.rollout.model_dump(mode="json"),
+                "task": r.task.model_dump(mode="json"),
+                "spans": [s.model_dump(mode="json") for s in r.spans],
+                "rewards": [w.model_dump(mode="json") for w in r.rewards],
+                "llm_calls": [
+                    [
+                        c.id,
+                        c.rollout_id,
+                        c.attempt_id,
+                        c.seq,
+                        c.agent_name,
+                        c.agent_key,
+                        c.attribution.value,
+                        c.status,
+                        c.trainable,
+                        c.not_trainable_reason,
+                        c.model_version,
+                        c.temperature,
+                        c.started_at,
+                        c.latency_s,
+                        _b64(c.prompt_ids),
+                        _b64(c.response_ids),
+                        _b64(c.logprobs),
+                        c.response_json,
+                    ]
+                    for c in r.llm_calls
+                ],
+            }
+            for r in rollouts
+        ]
+    )
+
+
+def from_wire(body: bytes | str) -> list[TrainableRollout]:
+    """The rollouts `to_wire` wrote (a server's answer: its models are validated again)."""
+    out: list[TrainableRollout] = []
+    for item in orjson.loads(body):
+        calls = [
+            TrainableCall(
+                id=row[0],
+                rollout_id=row[1],
+                attempt_id=row[2],
+                seq=row[3],
+                agent_name=row[4],
+                agent_key=row[5],
+                attribution=_ATTRIBUTION[row[6]],
+                status=row[7],
+                trainable=row[8],
+                not_trainable_reason=row[9],
+                model_version=row[10],
+                temperature=row[11],
+                started_at=row[12],
+                latency_s=row[13],
+                prompt_ids=_ids(row[14]),
+                response_ids=_ids(row[15]),
+                logprobs=_floats(row[16]),
+                response_json=row[17],
+            )
+            for row in item["llm_calls"]
+        ]
+        out.append(
+            TrainableRollout(
+                rollout=_rollout.validate_python(item["rollout"]),
+                task=_task.validate_python(item["task"]),
+                spans=_spans.validate_python(item["spans"]),
+                llm_calls=calls,
+                rewards=_rewards.validate_python(item["rewards"]),
+            )
+        )
+    return out
