@@ -304,7 +304,7 @@ def test_full_finetuning_same_update_as_agl(ray_cluster: None, tiny_model_dir: P
 
 
 def test_cpu_micro_batches_hold_the_logits_to_their_budget() -> None:
-    from agl_trainer.verl.backend import CPU_LOGITS_BYTES, cpu_micro_batch_tokens
+    from agl_trainer.verl.cpu import CPU_LOGITS_BYTES, cpu_micro_batch_tokens
 
     # SmolLM2's 49,152-token vocabulary: 4 float32 tensors of that width per token fill 2 GiB at 2,730 tokens
     assert CPU_LOGITS_BYTES == 2 * 2**30
