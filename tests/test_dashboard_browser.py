@@ -68,6 +68,9 @@ def test_the_dashboard_shows_a_trained_run(trained: tuple[ServerProcess, Path], 
     page.wait_for_selector("#curve circle.point")
     assert page.locator("#curve g[data-series=train_reward] circle").count() == len(train) == 2
     assert page.locator("#curve g[data-series=eval_accuracy] circle").count() == len(evals) == 2
+    # the curve's lines are lines: a filled polyline shades a polygon under the points
+    fills = page.eval_on_selector_all("#curve polyline", "lines => lines.map((l) => getComputedStyle(l).fill)")
+    assert len(fills) == 3 and set(fills) == {"none"}
     succeeded = int(page.locator('[data-count="succeeded"]').inner_text())
     assert succeeded == sum(r["succeeded"] for r in train) + len(evals) * 3  # 3 held-out tasks per evaluation
     page.screenshot(path=str(SHOTS / "overview.png"), full_page=True)
