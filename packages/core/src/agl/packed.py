@@ -18,25 +18,25 @@ FLOAT64: Final = "d"
 BIG_ENDIAN = sys.byteorder == "big"
 
 
-def ids_array(raw: bytes | str) -> array[int]:
-    """Stored ids as a packed int32 array, never as Python ints: what the training read hands on (a BLOB is
-    copied as it is; a row written as JSON text before schema 4 is parsed)."""
+def unpack(code: str, raw: bytes | str) -> array[Any]:
+    """A BLOB (little-endian bytes) as a packed array of `code`; JSON text (rows written before schema 4) is
+    parsed. Raises OverflowError or TypeError for JSON values that `code` cannot hold."""
     if type(raw) is not bytes:
-        return array(INT32, orjson.loads(raw))
-    values = array(INT32, raw)
+        return array(code, orjson.loads(raw))
+    values = array(code, raw)
     if BIG_ENDIAN:
         values.byteswap()
     return values
+
+
+def ids_array(raw: bytes | str) -> array[int]:
+    """Stored ids as a packed int32 array, never as Python ints: what the training read hands on."""
+    return unpack(INT32, raw)
 
 
 def floats_array(raw: bytes | str) -> array[float]:
-    """Stored log-probs as a packed float64 array (see `ids_array`)."""
-    if type(raw) is not bytes:
-        return array(FLOAT64, orjson.loads(raw))
-    values = array(FLOAT64, raw)
-    if BIG_ENDIAN:
-        values.byteswap()
-    return values
+    """Stored log-probs as a packed float64 array."""
+    return unpack(FLOAT64, raw)
 
 
 def array_bytes(values: array[Any]) -> bytes:

@@ -15,9 +15,9 @@ from typing import Any
 
 import orjson
 
-from agl.packed import BIG_ENDIAN as _BIG_ENDIAN
 from agl.packed import FLOAT64 as _FLOAT64
 from agl.packed import INT32 as _INT32
+from agl.packed import array_bytes, unpack
 
 
 def dumps(value: Any) -> str:
@@ -33,18 +33,13 @@ def _pack(code: str, values: Sequence[Any]) -> bytes | str:
         packed = array(code, values)
     except (OverflowError, TypeError):
         return dumps(values)
-    if _BIG_ENDIAN:
-        packed.byteswap()
-    return packed.tobytes()
+    return array_bytes(packed)
 
 
 def _unpack(code: str, raw: bytes | str) -> list[Any]:
     if type(raw) is not bytes:
-        return orjson.loads(raw)  # type: ignore[no-any-return]  # written as JSON text
-    values = array(code, raw)
-    if _BIG_ENDIAN:
-        values.byteswap()
-    return values.tolist()
+        return orjson.loads(raw)  # type: ignore[no-any-return]  # written as JSON text: kept as it was written
+    return unpack(code, raw).tolist()
 
 
 def encode_ids(ids: Sequence[int] | None) -> bytes | str | None:
