@@ -142,8 +142,16 @@ def test_every_stored_prompt_is_agls_own_rendering_and_tool_calls_are_parsed(vll
     shown = 2 + 4 * calculator.SHOTS
     assert any(m.get("role") == "tool" for c in calls for m in c.request["messages"][shown:])
     parsed = [tc for c in calls for tc in (c.response_message or {}).get("tool_calls") or []]
-    assert parsed and all(tc["function"]["name"] == "calculator" for tc in parsed)
-    assert all(isinstance(json.loads(tc["function"]["arguments"]), dict) for tc in parsed)
+    # the model samples at 0.7 and now and then names a tool it was never given: the parser passes that on as
+    # named (the calculator agent runs any call as its calculator), so the one real tool is asked for, not every name
+    assert parsed and any(tc["function"]["name"] == "calculator" for tc in parsed)
+    assert all(tc["function"]["name"] and isinstance(json.loads(tc["function"]["arguments"]), dict) for tc in parsed)
+    # each parsed call came from the model's own <tool_call> text: the response ids it was parsed from
+    for c in calls:
+        asked = (c.response_message or {}).get("tool_calls") or []
+        if asked:
+            text = vllm_run.tokenizer.decode(c.response_ids)
+            assert "<tool_call>" in text and all(tc["function"]["name"] in text for tc in asked), c.id
     # every call was sampled at the trainer's temperature (train and eval alike here), sent by the proxy
     assert {c.temperature for c in calls} == {0.7}
 
