@@ -291,6 +291,7 @@ class VLLMServer:
                     _signal_group(proc.pid, signal.SIGKILL)
                     proc.wait(10)
             _signal_group(proc.pid, signal.SIGKILL)  # workers the server left behind, if any
+            _wait_group_gone(proc.pid, timeout_s=10.0)
             self.proc = None
         if self._log is not None:
             self._log.close()
@@ -330,3 +331,31 @@ def _signal_group(pid: int, sig: signal.Signals) -> None:
         os.killpg(pid, sig)
     except (ProcessLookupError, PermissionError):
         pass
+
+
+def _running_members(group: int) -> bool:
+    """Whether a process of this group is still running (a zombie, dead and waiting to be reaped, is not)."""
+    proc = Path("/proc")
+    if not proc.is_dir():  # no procfs: any member, zombies included, counts
+        try:
+            os.killpg(group, 0)
+        except (ProcessLookupError, PermissionError):
+            return False
+        return True
+    for stat in proc.glob("[0-9]*/stat"):
+        try:
+            state, _ppid, pgrp = stat.read_text().rsplit(")", 1)[1].split()[:3]
+        except (OSError, IndexError, ValueError):
+            continue  # the process ended while being read
+        if int(pgrp) == group and state != "Z":
+            return True
+    return False
+
+
+def _wait_group_gone(group: int, timeout_s: float) -> None:
+    """SIGKILL is delivered asynchronously: a process of the group (vLLM's engine core) can still be running for
+    a moment after `killpg` returns. Wait for the group to end, so that "stopped" means stopped (its memory and
+    port free) when `stop` returns."""
+    deadline = time.monotonic() + timeout_s
+    while _running_members(group) and time.monotonic() < deadline:
+        time.sleep(0.02)
