@@ -3,6 +3,7 @@ ids packed, giving the same transitions, credit and AIR rewards as the full `Rol
 
 from __future__ import annotations
 
+import gc
 import sqlite3
 from array import array
 from pathlib import Path
@@ -236,3 +237,17 @@ def test_air_rules_run_on_the_training_read(store: Store) -> None:
     # the answer "12" parses: only the rollouts whose last solver answer is "answer N" get the parse penalty
     parse = [r for d in added for r in d.rewards if r.name == "air:unparsable_answer"]
     assert len(parse) == 2 and all(r.value == -0.5 for r in parse)
+
+
+def test_a_bulk_read_leaves_the_cycle_collector_as_it_found_it(store: Store) -> None:
+    ids = _fill(store)
+    was = gc.isenabled()
+    try:
+        gc.enable()
+        store.trainable_rollouts(ids)
+        assert gc.isenabled()
+        gc.disable()  # a caller that turned it off keeps it off
+        store.trainable_rollouts(ids)
+        assert not gc.isenabled()
+    finally:
+        (gc.enable if was else gc.disable)()
