@@ -118,7 +118,7 @@ def main(n_tasks: int = 250, repeats: int = 3) -> dict[str, Any]:
         read_s = float("inf")
         for _ in range(repeats):  # best of `repeats`, as the in-memory part below
             t0 = time.perf_counter()
-            details = store.trainable_rollouts(ids)
+            trainable = store.trainable_rollouts(ids)
             read_s = min(read_s, time.perf_counter() - t0)
         rows["read rollouts from the store (the training read): LLM calls/s"] = n_calls / read_s
         t0 = time.perf_counter()
@@ -129,14 +129,14 @@ def main(n_tasks: int = 250, repeats: int = 3) -> dict[str, Any]:
             best = float("inf")
             for _ in range(repeats):
                 t0 = time.perf_counter()
-                episodes, stats = build_episodes(details, merge_prefixes=False)
+                episodes, stats = build_episodes(trainable, merge_prefixes=False)
                 assign_credit(episodes, strategy)
                 best = min(best, time.perf_counter() - t0)
             assert stats.transitions == n_calls, stats.summary()
             rows[f"{strategy}: transitions + credit, LLM calls/s"] = n_calls / best
             rows[f"{strategy}: from the store (read included), LLM calls/s"] = n_calls / (best + read_s)
         t0 = time.perf_counter()
-        episodes, stats = build_episodes(details, merge_prefixes=True)
+        episodes, stats = build_episodes(trainable, merge_prefixes=True)
         assign_credit(episodes, "grpo")
         rows["grpo with prefix merging: LLM calls/s"] = n_calls / (time.perf_counter() - t0)
         rows["transitions after merging"] = stats.transitions

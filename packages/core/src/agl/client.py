@@ -103,15 +103,15 @@ class Client:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
-    def _call(self, method: str, path: str, body: Any = None, params: dict[str, Any] | None = None) -> Any:
+    def _request(
+        self, method: str, path: str, body: Any = None, params: dict[str, Any] | None = None
+    ) -> httpx.Response:
         resp = self._http.request(method, API + path, json=body, params=params)
         _raise_for(resp)
-        return resp.json()
+        return resp
 
-    def _raw(self, method: str, path: str, body: Any = None) -> bytes:
-        resp = self._http.request(method, API + path, json=body)
-        _raise_for(resp)
-        return resp.content
+    def _call(self, method: str, path: str, body: Any = None, params: dict[str, Any] | None = None) -> Any:
+        return self._request(method, path, body, params).json()
 
     def info(self) -> dict[str, Any]:
         return dict(self._call("GET", "/info"))
@@ -171,7 +171,8 @@ class Client:
         requests; unknown ids are skipped."""
         out: list[TrainableRollout] = []
         for start in range(0, len(ids), 1000):
-            out += from_wire(self._raw("POST", "/rollouts/trainable", {"ids": list(ids[start : start + 1000])}))
+            body = {"ids": list(ids[start : start + 1000])}
+            out += from_wire(self._request("POST", "/rollouts/trainable", body).content)
         return out
 
     def cancel(self, rollout_id: str) -> Rollout:

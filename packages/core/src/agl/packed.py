@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import sys
 from array import array
+from collections.abc import Iterable
 from typing import Any, Final
 
 import orjson
@@ -37,6 +38,14 @@ def ids_array(raw: bytes | str) -> array[int]:
 def floats_array(raw: bytes | str) -> array[float]:
     """Stored log-probs as a packed float64 array."""
     return unpack(FLOAT64, raw)
+
+
+def concat(code: str, *parts: Iterable[Any]) -> array[Any]:
+    """One packed array of `code` holding these sequences end to end (arrays are copied as blocks)."""
+    out = array(code)
+    for part in parts:
+        out.extend(part)
+    return out
 
 
 def array_bytes(values: array[Any]) -> bytes:

@@ -135,9 +135,60 @@ class TrainableRollout:
         return replace(self, rewards=rewards)
 
 
+# A call's columns as the store selects them and the wire format lists them: TrainableCall's field order, with
+# the answer message as its JSON text
+CALL_COLUMNS = (
+    "id",
+    "rollout_id",
+    "attempt_id",
+    "seq",
+    "agent_name",
+    "agent_key",
+    "attribution",
+    "status",
+    "trainable",
+    "not_trainable_reason",
+    "model_version",
+    "temperature",
+    "started_at",
+    "latency_s",
+    "prompt_ids",
+    "response_ids",
+    "logprobs",
+    "response_message",
+)
+_ATTRIBUTION = {m.value: m for m in Attribution}
+
+
+def call_from_columns(
+    row: Sequence[Any], prompt_ids: array[int] | None, response_ids: array[int] | None, logprobs: array[float] | None
+) -> TrainableCall:
+    """A call from its CALL_COLUMNS values, its token ids and log-probs already unpacked (each source holds
+    them in its own form: BLOBs in the store, base64 on the wire)."""
+    return TrainableCall(
+        row[0],
+        row[1],
+        row[2],
+        row[3],
+        row[4],
+        row[5],
+        _ATTRIBUTION[row[6]],
+        row[7],
+        bool(row[8]),
+        row[9],
+        row[10],
+        row[11],
+        row[12],
+        row[13],
+        prompt_ids,
+        response_ids,
+        logprobs,
+        row[17],
+    )
+
+
 # ----------------------------------------------------------------------------------------------- wire format
 
-_ATTRIBUTION = {m.value: m for m in Attribution}
 _rollout = TypeAdapter(Rollout)
 _task = TypeAdapter(Task)
 _spans = TypeAdapter(list[Span])
@@ -166,7 +217,7 @@ def to_wire(rollouts: Sequence[TrainableRollout]) -> bytes:
                 "spans": [s.model_dump(mode="json") for s in r.spans],
                 "rewards": [w.model_dump(mode="json") for w in r.rewards],
                 "llm_calls": [
-                    [
+                    [  # in CALL_COLUMNS order
                         c.id,
                         c.rollout_id,
                         c.attempt_id,
@@ -198,29 +249,7 @@ def from_wire(body: bytes | str) -> list[TrainableRollout]:
     """The rollouts `to_wire` wrote (a server's answer: its models are validated again)."""
     out: list[TrainableRollout] = []
     for item in orjson.loads(body):
-        calls = [
-            TrainableCall(
-                id=row[0],
-                rollout_id=row[1],
-                attempt_id=row[2],
-                seq=row[3],
-                agent_name=row[4],
-                agent_key=row[5],
-                attribution=_ATTRIBUTION[row[6]],
-                status=row[7],
-                trainable=row[8],
-                not_trainable_reason=row[9],
-                model_version=row[10],
-                temperature=row[11],
-                started_at=row[12],
-                latency_s=row[13],
-                prompt_ids=_ids(row[14]),
-                response_ids=_ids(row[15]),
-                logprobs=_floats(row[16]),
-                response_json=row[17],
-            )
-            for row in item["llm_calls"]
-        ]
+        calls = [call_from_columns(row, _ids(row[14]), _ids(row[15]), _floats(row[16])) for row in item["llm_calls"]]
         out.append(
             TrainableRollout(
                 rollout=_rollout.validate_python(item["rollout"]),

@@ -21,7 +21,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from operator import attrgetter
 
-from agl.packed import FLOAT64, INT32
+from agl.packed import FLOAT64, INT32, concat
 from agl.schema import Reward, RewardSource, Rollout, RolloutStatus
 from agl.selection import AgentSelection
 from agl.trainable import CallView, RolloutView
@@ -130,18 +130,8 @@ class BuildStats:
 
 
 def concat_ids(*parts: Sequence[int]) -> array[int]:
-    """One int32 array of these id sequences, end to end (arrays are copied as blocks)."""
-    out = array(INT32)
-    for part in parts:
-        out.extend(part)
-    return out
-
-
-def _concat_floats(*parts: Sequence[float]) -> array[float]:
-    out = array(FLOAT64)
-    for part in parts:
-        out.extend(part)
-    return out
+    """One int32 array of these id sequences, end to end."""
+    return concat(INT32, *parts)
 
 
 def _call_reason(call: CallView, selection: AgentSelection) -> str | None:
@@ -203,7 +193,7 @@ def _merge(prev: Transition, nxt: Transition) -> None:
     prev.response_ids = concat_ids(prev.response_ids, appended, nxt.response_ids)  # new: the calls' stay intact
     prev.response_mask = prev.response_mask + [0] * len(appended) + nxt.response_mask
     if prev.logprobs is not None and nxt.logprobs is not None:
-        prev.logprobs = _concat_floats(prev.logprobs, [0.0] * len(appended), nxt.logprobs)
+        prev.logprobs = concat(FLOAT64, prev.logprobs, [0.0] * len(appended), nxt.logprobs)
     else:
         prev.logprobs = None
     prev.call_ids = prev.call_ids + nxt.call_ids

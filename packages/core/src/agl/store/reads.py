@@ -37,7 +37,7 @@ from agl.store.schema import (
     TASK_COLUMNS,
     columns,
 )
-from agl.trainable import TrainableCall, TrainableRollout
+from agl.trainable import CALL_COLUMNS, TrainableCall, TrainableRollout, call_from_columns
 
 _TASKS = f"SELECT {columns(TASK_COLUMNS)} FROM tasks"
 _ROLLOUTS = f"SELECT {columns(ROLLOUT_COLUMNS)} FROM rollouts"
@@ -45,7 +45,6 @@ _ATTEMPTS = f"SELECT {columns(ATTEMPT_COLUMNS)} FROM attempts"
 _SPANS = f"SELECT {columns(SPAN_COLUMNS)} FROM spans"
 _LLM_CALLS = f"SELECT {columns(LLM_CALL_COLUMNS)} FROM llm_calls"
 _REWARDS = f"SELECT {columns(REWARD_COLUMNS)} FROM rewards"
-_ATTRIBUTION = {m.value: m for m in Attribution}
 _CHUNK = 500  # ids per `IN (...)`: well under SQLite's limit on bound parameters
 
 
@@ -188,42 +187,19 @@ def rollout_details(conn: sqlite3.Connection, rollout_ids: Sequence[str]) -> lis
     return out
 
 
-# The columns of an LLM call that training reads (agl.trainable.TrainableCall), in its field order
-_TRAINABLE_CALLS = (
-    "SELECT id, rollout_id, attempt_id, seq, agent_name, agent_key, attribution, status, trainable,"
-    " not_trainable_reason, model_version, temperature, started_at, latency_s, prompt_ids, response_ids, logprobs,"
-    " response_message FROM llm_calls"
-)
+_TRAINABLE_CALLS = f"SELECT {columns(CALL_COLUMNS)} FROM llm_calls"
 
 
 def _trainable_call(row: tuple[Any, ...]) -> TrainableCall:
-    trainable, reason = bool(row[8]), row[9]
+    logprobs = None if row[16] is None else floats_array(row[16])
     try:
         prompt = None if row[14] is None else ids_array(row[14])
         response = None if row[15] is None else ids_array(row[15])
     except (OverflowError, TypeError, ValueError):  # JSON text holding what no int32 holds: no token ids at all
-        prompt = response = None
-        trainable, reason = False, "token ids that are not int32"
-    return TrainableCall(
-        row[0],
-        row[1],
-        row[2],
-        row[3],
-        row[4],
-        row[5],
-        _ATTRIBUTION[row[6]],
-        row[7],
-        trainable,
-        reason,
-        row[10],
-        row[11],
-        row[12],
-        row[13],
-        prompt,
-        response,
-        None if row[16] is None else floats_array(row[16]),
-        row[17],
-    )
+        call = call_from_columns(row, None, None, logprobs)
+        call.trainable, call.not_trainable_reason = False, "token ids that are not int32"
+        return call
+    return call_from_columns(row, prompt, response, logprobs)
 
 
 def trainable_rollouts(conn: sqlite3.Connection, rollout_ids: Sequence[str]) -> list[TrainableRollout]:
