@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import importlib.util
 import os
+import statistics
 from collections.abc import Iterator
 
 import pytest
@@ -14,6 +15,7 @@ import torch
 from agl.transitions import Transition
 from agl_trainer.chat_format import render_prompt
 from agl_trainer.models import resolve_model
+from agl_trainer.packing import common_prefix_len
 from agl_trainer.policy import PolicyConfig
 
 if importlib.util.find_spec("verl") is None and os.environ.get("AGL_SKIP_VERL_TESTS"):
@@ -85,7 +87,16 @@ def test_one_update_on_the_bundled_model(smollm: VerlPolicy) -> None:
     moved = [k for k in adapter_after if not torch.equal(adapter_after[k], adapter_before[k])]
     assert moved and all("lora_" in k for k in moved)
 
+    # Each good answer and its bad twin share tokens ("The capital of France is" … ".<|im_end|>"), which the
+    # update pushes up and down at once: the advantage decides the direction only of the tokens where the two
+    # differ ("Paris" / "Rome"). Over whole answers, "… is Paris." measured -0.001 to -0.003 in five runs of
+    # one update while its "Paris" rose, and "… is 56." -0.003 after three updates.
     after = smollm.logprobs(batch)
-    change = [sum(a) / len(a) - sum(b) / len(b) for a, b in zip(after, before, strict=True)]
-    for t, delta in zip(batch, change, strict=True):
-        assert delta * t.advantage > 0, (t.advantage, delta)
+    for i in range(0, len(batch), 2):
+        good, bad = batch[i].response_ids, batch[i + 1].response_ids
+        head = common_prefix_len(good, bad)
+        tail = common_prefix_len(good[head:][::-1], bad[head:][::-1])
+        for k in (i, i + 1):
+            own = slice(head, len(batch[k].response_ids) - tail)
+            delta = statistics.mean(after[k][own]) - statistics.mean(before[k][own])
+            assert delta * batch[k].advantage > 0, (batch[k].call_ids, batch[k].advantage, delta)
