@@ -173,14 +173,15 @@ def grpo(episodes: Sequence[Episode], config: CreditConfig, stats: CreditStats) 
 
 def _same_prompt_groups(episodes: Sequence[Episode]) -> list[list[Transition]]:
     """Transitions of the same task with identical prompt ids, reached by at least two rollouts (a prompt that
-    repeats inside one rollout only compares that rollout with itself). A cheap key (length and both ends)
+    repeats inside one rollout only compares that rollout with itself). A cheap key (the length and the middle id)
     buckets them first, so only likely matches have their whole prompts compared: hashing every prompt in full
-    touched each of its int objects and cost more than the rest of credit assignment."""
-    buckets: dict[tuple[str, int, tuple[int, ...], tuple[int, ...]], list[Transition]] = defaultdict(list)
+    touched each of its int objects and cost more than the rest of credit assignment. Not the ends: prompts
+    begin with the same system turn and end with the same generation prompt, so their end ids tell nothing."""
+    buckets: dict[tuple[str, int, int], list[Transition]] = defaultdict(list)
     for ep in episodes:
         for t in ep.transitions:
             ids = t.prompt_ids
-            buckets[(ep.task_id, len(ids), tuple(ids[:4]), tuple(ids[-4:]))].append(t)
+            buckets[(ep.task_id, len(ids), ids[len(ids) // 2] if ids else 0)].append(t)
     groups: list[list[Transition]] = []
     for bucket in buckets.values():
         if len(bucket) < 2:

@@ -21,6 +21,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from operator import attrgetter
 
+from agl.gc_pause import gc_paused
 from agl.packed import FLOAT64, INT32, concat
 from agl.schema import Reward, RewardSource, Rollout, RolloutStatus
 from agl.selection import AgentSelection
@@ -150,8 +151,8 @@ def _call_reason(call: CallView, selection: AgentSelection) -> str | None:
 
 
 def _to_transition(call: CallView, rollout: Rollout, stats: BuildStats) -> Transition:
-    # The id lists are shared with the call, not copied: they are long, and nothing changes them in place
-    # (merging builds new lists).
+    # The id sequences are shared with the call, not copied: they are long, and nothing changes them in place
+    # (merging builds new ones). Positional arguments: this runs once per call of a step.
     response = call.response_ids or []
     logprobs = call.logprobs
     if logprobs is None:
@@ -159,19 +160,24 @@ def _to_transition(call: CallView, rollout: Rollout, stats: BuildStats) -> Trans
     elif len(logprobs) != len(response):
         stats.missing_logprobs["not one per response token"] += 1
         logprobs = None
+    temperature = call.temperature
     return Transition(
-        rollout_id=rollout.id,
-        task_id=rollout.task_id,
-        attempt_id=call.attempt_id,
-        seq=call.seq,
-        agent_name=call.agent_name,
-        prompt_ids=call.prompt_ids or [],
-        response_ids=response,
-        response_mask=[1] * len(response),
-        logprobs=logprobs,
-        model_version=call.model_version,
-        call_ids=[call.id],
-        temperature=call.temperature if call.temperature is not None and call.temperature > 0 else 1.0,
+        rollout.id,
+        rollout.task_id,
+        call.attempt_id,
+        call.seq,
+        call.agent_name,
+        call.prompt_ids or [],
+        response,
+        [1] * len(response),
+        logprobs,
+        call.model_version,
+        [call.id],
+        0.0,
+        0.0,
+        0.0,
+        1.0,
+        temperature if temperature is not None and temperature > 0 else 1.0,
     )
 
 
@@ -230,10 +236,13 @@ def build_episode(
         return None
 
     transitions: list[Transition] = []
-    for call in sorted([c for c in detail.llm_calls if c.attempt_id == attempt], key=_SEQ):
+    calls = [c for c in detail.llm_calls if c.attempt_id == attempt]  # a RolloutDetail holds every attempt's
+    calls.sort(key=_SEQ)
+    for call in calls:
+        name = call.agent_name
         stats.missed_attribution += call.attribution.lost
-        if call.agent_name in GENERIC_AGENT_NAMES:
-            stats.generic_names[call.agent_name] += 1
+        if name in GENERIC_AGENT_NAMES:
+            stats.generic_names[name] += 1
         reason = _call_reason(call, selection)
         if (
             reason is None
@@ -243,9 +252,9 @@ def build_episode(
             reason = "longer than max_tokens"
         if reason is not None:
             stats.dropped_calls[reason] += 1
-            stats.dropped_by_agent[call.agent_name] += 1
+            stats.dropped_by_agent[name] += 1
             continue
-        stats.kept_by_agent[call.agent_name] += 1
+        stats.kept_by_agent[name] += 1
         transitions.append(_to_transition(call, rollout, stats))
     if not transitions:
         stats.dropped_rollouts["no trainable call of a selected agent"] += 1
@@ -298,9 +307,10 @@ def build_episodes(
     max_tokens: int | None = None,
 ) -> tuple[list[Episode], BuildStats]:
     stats = BuildStats()
-    episodes = [
-        ep
-        for d in details
-        if (ep := build_episode(d, selection, merge_prefixes=merge_prefixes, max_tokens=max_tokens, stats=stats))
-    ]
+    with gc_paused():  # thousands of transitions and lists, no cycles among them (agl.gc_pause)
+        episodes = [
+            ep
+            for d in details
+            if (ep := build_episode(d, selection, merge_prefixes=merge_prefixes, max_tokens=max_tokens, stats=stats))
+        ]
     return episodes, stats

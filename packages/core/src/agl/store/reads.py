@@ -7,10 +7,12 @@ agl.store.rows; only the few answers used for decisions are read by column name.
 from __future__ import annotations
 
 import sqlite3
+from array import array
 from collections.abc import Iterable, Iterator, Sequence
 from typing import Any
 
-from agl.packed import floats_array, ids_array
+from agl.gc_pause import gc_paused
+from agl.packed import BIG_ENDIAN, FLOAT64, INT32, floats_array, ids_array
 from agl.schema import (
     Attempt,
     AttemptStatus,
@@ -26,7 +28,6 @@ from agl.schema import (
 )
 from agl.store import rows
 from agl.store.errors import NotFoundError
-from agl.store.gc_pause import gc_paused
 from agl.store.schema import (
     ATTEMPT_COLUMNS,
     LLM_CALL_COLUMNS,
@@ -191,15 +192,19 @@ _TRAINABLE_CALLS = f"SELECT {columns(CALL_COLUMNS)} FROM llm_calls"
 
 
 def _trainable_call(row: tuple[Any, ...]) -> TrainableCall:
-    logprobs = None if row[16] is None else floats_array(row[16])
+    prompt, response, logprobs = row[14], row[15], row[16]
+    if type(prompt) is bytes and type(response) is bytes and type(logprobs) is bytes and not BIG_ENDIAN:
+        # every call written since schema 4: the BLOBs are the arrays' own bytes
+        return call_from_columns(row, array(INT32, prompt), array(INT32, response), array(FLOAT64, logprobs))
+    floats = None if logprobs is None else floats_array(logprobs)
     try:
-        prompt = None if row[14] is None else ids_array(row[14])
-        response = None if row[15] is None else ids_array(row[15])
+        prompt_ids = None if prompt is None else ids_array(prompt)
+        response_ids = None if response is None else ids_array(response)
     except (OverflowError, TypeError, ValueError):  # JSON text holding what no int32 holds: no token ids at all
-        call = call_from_columns(row, None, None, logprobs)
+        call = call_from_columns(row, None, None, floats)
         call.trainable, call.not_trainable_reason = False, "token ids that are not int32"
         return call
-    return call_from_columns(row, prompt, response, logprobs)
+    return call_from_columns(row, prompt_ids, response_ids, floats)
 
 
 def trainable_rollouts(conn: sqlite3.Connection, rollout_ids: Sequence[str]) -> list[TrainableRollout]:

@@ -1,11 +1,12 @@
-"""Pausing Python's cycle collector while a bulk read decodes rows.
+"""Pausing Python's cycle collector while a step's data is read and turned into transitions.
 
-A bulk read makes tens of thousands of container objects (row tuples, records, lists) that form no reference
+Reading a step's rollouts back (agl.store.reads) and building their transitions (agl.transitions) each make
+tens of thousands of container objects (row tuples, records, transitions, lists) that form no reference
 cycles. The cycle collector is triggered by that count alone, and each of its older-generation passes walks
 every tracked object of the process (in the trainer: the model's Python objects too), again and again, for
 nothing: a fifth to a third of reading a step's calls back. Pausing it is safe here, since nothing made under
-the pause needs it; reads in several threads share one pause (a count), and the collector is turned back on
-only if it was on when the first of them began.
+the pause needs it; pauses in several threads share one (a count), and the collector is turned back on only if
+it was on when the first of them began.
 """
 
 from __future__ import annotations
