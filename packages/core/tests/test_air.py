@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from factories import Call, Run, ToolSpan, detail
 
-from agl.air import AnswerParseRule, ToolStatusRule, air_rewards, with_air
+from agl.air import AnswerParseRule, ToolStatusRule, air_rewards, with_air, with_rewards_added
 from agl.schema import RewardSource, SpanStatus
 from agl.transitions import build_episode
 
@@ -36,6 +36,16 @@ def test_air_rewards_reach_the_transitions_and_count_once() -> None:
     assert with_air(enriched) is enriched  # already there (same uid): nothing added twice
     ep = build_episode(enriched)
     assert ep is not None and [t.reward for t in ep.transitions] == [-0.1, 1.0]
+
+
+def test_rewards_computed_once_are_added_as_with_air_adds_them() -> None:
+    """The trainer runs the rules once per rollout, stores their rewards and adds the same list to the rollout."""
+    d = detail(Run("t", [Call([1], [2]), Call([3], [4])], tools=[ToolSpan("calc", SpanStatus.error, after_seq=0)]))
+    new = air_rewards(d)
+    added = with_rewards_added(d, new)
+    assert added.rewards == with_air(d).rewards and len(added.rewards) == len(d.rewards) + 1
+    assert [r.id for r in added.rewards] == sorted({r.id for r in added.rewards})  # numbered after the stored ones
+    assert with_rewards_added(d, []) is d
 
 
 def test_unparsable_answer_rule() -> None:

@@ -149,11 +149,16 @@ def air_rewards(detail: RolloutView, rules: Sequence[AirRule] = DEFAULT_RULES) -
     return out
 
 
-def with_air(detail: V, rules: Sequence[AirRule] = DEFAULT_RULES) -> V:
-    """A copy of `detail` whose rewards include the rules' automatic rewards (each once)."""
-    new = air_rewards(detail, rules)
+def with_rewards_added(detail: V, new: Sequence[RewardIn]) -> V:
+    """A copy of `detail` whose rewards also hold `new` (rewards not stored yet, such as `air_rewards`' answer),
+    numbered after the stored ones."""
     if not new:
         return detail
     next_id = max((r.id for r in detail.rewards), default=0) + 1
     added = [Reward(id=next_id + i, **{**r.model_dump(), "timestamp": r.timestamp or 0.0}) for i, r in enumerate(new)]
     return detail.with_rewards([*detail.rewards, *added])
+
+
+def with_air(detail: V, rules: Sequence[AirRule] = DEFAULT_RULES) -> V:
+    """A copy of `detail` whose rewards include the rules' automatic rewards (each once)."""
+    return with_rewards_added(detail, air_rewards(detail, rules))

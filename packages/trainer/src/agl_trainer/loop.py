@@ -33,7 +33,7 @@ from typing import Any, cast
 
 from rich.console import Console
 
-from agl.air import DEFAULT_RULES, AirRule, air_rewards, with_air
+from agl.air import DEFAULT_RULES, AirRule, air_rewards, with_rewards_added
 from agl.client import Client
 from agl.credit import CreditConfig, assign_credit
 from agl.processes import ServerProcess, start_server, start_worker
@@ -248,10 +248,10 @@ class TrainingRun:
         found = self.client.trainable_rollouts([r.id for r in rollouts])
         if not self.rules:
             return found
-        new = [reward for d in found for reward in air_rewards(d, self.rules)]
-        if new:
-            self.client.add_rewards(new)  # stored (once, by uid) so `agl show` displays them too
-        return [with_air(d, self.rules) for d in found]
+        new = [air_rewards(d, self.rules) for d in found]  # the rules run once per rollout
+        if any(new):
+            self.client.add_rewards([r for rewards in new for r in rewards])  # stored (once, by uid) for `agl show`
+        return [with_rewards_added(d, rewards) for d, rewards in zip(found, new, strict=True)]
 
     # ----------------------------------------------------------------------------------- steps
 
