@@ -26,8 +26,10 @@ CALLS_PER_ROLLOUT = 4
 GROUP = 8
 
 
-def fill_store(store: Store, n_tasks: int, rng: random.Random) -> list[str]:
+def fill_store(store: Store, n_tasks: int, rng: random.Random) -> tuple[list[str], int]:
+    """The rollout ids, and how many prompt ids the calls sent."""
     rollout_ids: list[str] = []
+    sent = 0
     for k in range(n_tasks):
         rollouts = store.enqueue(EnqueueRequest(task=TaskIn(input={"q": k}), n=GROUP)).result()
         claims = store.claim("bench", GROUP, 3600).result()
@@ -36,6 +38,7 @@ def fill_store(store: Store, n_tasks: int, rng: random.Random) -> list[str]:
             futures = []
             for seq in range(CALLS_PER_ROLLOUT):
                 response = [rng.randrange(50_000) for _ in range(40)]
+                sent += len(prompt)
                 futures.append(
                     store.add_llm_call(
                         LLMCall(
@@ -88,7 +91,7 @@ def fill_store(store: Store, n_tasks: int, rng: random.Random) -> list[str]:
                 claim.attempt.id, "succeeded", reward=float(rng.random() < 0.5), after_llm_seq=CALLS_PER_ROLLOUT - 1
             ).result()
         rollout_ids += [r.id for r in rollouts]
-    return rollout_ids
+    return rollout_ids, sent
 
 
 def fetch_only(store: Store, rollout_ids: list[str]) -> float:
@@ -111,8 +114,13 @@ def main(n_tasks: int = 250, repeats: int = 3) -> dict[str, Any]:
     rng = random.Random(0)
     rows: dict[str, Any] = {"rollouts": n_tasks * GROUP, "LLM calls": n_tasks * GROUP * CALLS_PER_ROLLOUT}
     with tempfile.TemporaryDirectory(prefix="agl-bench-credit-") as tmp, Store(Path(tmp)) as store:
-        ids = fill_store(store, n_tasks, rng)
+        ids, sent_prompt_ids = fill_store(store, n_tasks, rng)
         n_calls = len(ids) * CALLS_PER_ROLLOUT
+        # what the store keeps of the prompts: each turn's prompt repeats the chat so far (agl.store.prompt_bases)
+        with sqlite3.connect(store.path) as conn:
+            stored = conn.execute("SELECT sum(length(prompt_ids)) FROM llm_calls").fetchone()[0]
+        rows["prompt ids sent, MB"] = 4 * sent_prompt_ids / 1e6
+        rows["prompt ids stored, MB"] = stored / 1e6
         # the trainer's read (Store.trainable_rollouts: final attempts, token ids packed), and the full detail
         # of every rollout (`agl show`, the API) for comparison
         read_s = float("inf")

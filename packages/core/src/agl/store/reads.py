@@ -28,10 +28,12 @@ from agl.schema import (
 )
 from agl.store import rows
 from agl.store.errors import NotFoundError
+from agl.store.prompt_bases import PromptBases
 from agl.store.schema import (
     ATTEMPT_COLUMNS,
     LLM_CALL_COLUMNS,
     MODEL_VERSION_COLUMNS,
+    PROMPT_BASE_COLUMNS,
     REWARD_COLUMNS,
     ROLLOUT_COLUMNS,
     SPAN_COLUMNS,
@@ -44,7 +46,7 @@ _TASKS = f"SELECT {columns(TASK_COLUMNS)} FROM tasks"
 _ROLLOUTS = f"SELECT {columns(ROLLOUT_COLUMNS)} FROM rollouts"
 _ATTEMPTS = f"SELECT {columns(ATTEMPT_COLUMNS)} FROM attempts"
 _SPANS = f"SELECT {columns(SPAN_COLUMNS)} FROM spans"
-_LLM_CALLS = f"SELECT {columns(LLM_CALL_COLUMNS)} FROM llm_calls"
+_LLM_CALLS = f"SELECT {columns(LLM_CALL_COLUMNS + PROMPT_BASE_COLUMNS)} FROM llm_calls"
 _REWARDS = f"SELECT {columns(REWARD_COLUMNS)} FROM rewards"
 _CHUNK = 500  # ids per `IN (...)`: well under SQLite's limit on bound parameters
 
@@ -188,11 +190,21 @@ def rollout_details(conn: sqlite3.Connection, rollout_ids: Sequence[str]) -> lis
     return out
 
 
-_TRAINABLE_CALLS = f"SELECT {columns(CALL_COLUMNS)} FROM llm_calls"
+_TRAINABLE_CALLS = f"SELECT {columns(CALL_COLUMNS + PROMPT_BASE_COLUMNS)} FROM llm_calls"
+_ATTEMPT, _SEQ, _PROMPT, _RESPONSE, _LOGPROBS, _BASE_SEQ = (
+    CALL_COLUMNS.index("attempt_id"),
+    CALL_COLUMNS.index("seq"),
+    CALL_COLUMNS.index("prompt_ids"),
+    CALL_COLUMNS.index("response_ids"),
+    CALL_COLUMNS.index("logprobs"),
+    len(CALL_COLUMNS),
+)
 
 
-def _trainable_call(row: tuple[Any, ...]) -> TrainableCall:
-    prompt, response, logprobs = row[14], row[15], row[16]
+def _trainable_call(row: tuple[Any, ...], bases: PromptBases) -> TrainableCall:
+    """A call from its row (CALL_COLUMNS, then PROMPT_BASE_COLUMNS), read in (attempt, seq) order."""
+    response, logprobs = row[_RESPONSE], row[_LOGPROBS]
+    prompt = bases.whole(row[_ATTEMPT], row[_SEQ], row[_PROMPT], response, *row[_BASE_SEQ:])
     if type(prompt) is bytes and type(response) is bytes and type(logprobs) is bytes and not BIG_ENDIAN:
         # every call written since schema 4: the BLOBs are the arrays' own bytes
         return call_from_columns(row, array(INT32, prompt), array(INT32, response), array(FLOAT64, logprobs))
@@ -232,7 +244,9 @@ def _trainable_chunk(conn: sqlite3.Connection, chunk: list[str]) -> list[Trainab
         calls = _tuples(
             conn, f"{_TRAINABLE_CALLS} WHERE attempt_id IN ({_marks(len(finals))}) ORDER BY attempt_id, seq", finals
         )
-        for call in map(_trainable_call, calls):
+        bases = PromptBases()
+        for row in calls:
+            call = _trainable_call(row, bases)
             parts[call.attempt_id][1].append(call)
         # spans and rewards are indexed by rollout: the chunk's are read, the final attempts' kept
         for s in map(rows.span, _tuples(conn, f"{_SPANS} WHERE rollout_id {in_chunk} ORDER BY start_time", chunk)):
@@ -259,7 +273,7 @@ def iter_final_llm_calls(conn: sqlite3.Connection, *, step: int | None = None) -
     cur = conn.cursor()
     cur.row_factory = None
     found = cur.execute(
-        f"SELECT r.id, {columns(LLM_CALL_COLUMNS, 'c')} FROM rollouts r JOIN llm_calls c"
+        f"SELECT r.id, {columns(LLM_CALL_COLUMNS + PROMPT_BASE_COLUMNS, 'c')} FROM rollouts r JOIN llm_calls c"
         f" ON c.attempt_id = r.final_attempt_id WHERE r.status=?{clause} ORDER BY r.created_at, r.rowid, c.seq",
         args,
     )

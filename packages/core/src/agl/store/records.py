@@ -12,18 +12,29 @@ from agl.store import rows
 from agl.store.codec import dumps, loads
 from agl.store.errors import ConflictError
 from agl.store.ids import new_id
-from agl.store.schema import LLM_CALL_COLUMNS, REWARD_COLUMNS, SPAN_COLUMNS, TASK_COLUMNS, columns, insert_sql
+from agl.store.prompt_bases import against_base
+from agl.store.schema import (
+    LLM_CALL_COLUMNS,
+    PROMPT_BASE_COLUMNS,
+    REWARD_COLUMNS,
+    SPAN_COLUMNS,
+    TASK_COLUMNS,
+    columns,
+    insert_sql,
+)
 
 _INSERT_TASK = insert_sql("tasks", TASK_COLUMNS)
 # OTLP exporters re-send on timeouts: the (trace_id, span_id) key makes a re-sent span a no-op.
 _INSERT_SPAN = insert_sql("spans", SPAN_COLUMNS, verb="INSERT OR IGNORE")
-_INSERT_LLM_CALL = insert_sql("llm_calls", LLM_CALL_COLUMNS)
+_INSERT_LLM_CALL = insert_sql("llm_calls", LLM_CALL_COLUMNS + PROMPT_BASE_COLUMNS)
 # a reward's uid (made by the client) makes a re-sent reward a no-op
 _INSERT_REWARD = insert_sql("rewards", REWARD_COLUMNS[:-1], verb="INSERT OR IGNORE")
 _INSERT_MODEL_VERSION = insert_sql(
     "model_versions", ("name", "upstream_model", "metadata", "created_at", "agent_models")
 )
 _ATTEMPT_ID = LLM_CALL_COLUMNS.index("attempt_id")
+_SEQ = LLM_CALL_COLUMNS.index("seq")
+_PROMPT_IDS = LLM_CALL_COLUMNS.index("prompt_ids")
 _TRAINABLE = LLM_CALL_COLUMNS.index("trainable")
 _NOT_TRAINABLE_REASON = LLM_CALL_COLUMNS.index("not_trainable_reason")
 
@@ -48,7 +59,8 @@ def insert_spans(conn: sqlite3.Connection, values: Sequence[tuple[Any, ...]]) ->
 
 def insert_llm_call(conn: sqlite3.Connection, values: tuple[Any, ...]) -> None:
     """Store one call (`rows.llm_call_values`); a trainable call whose attempt has already ended is kept, marked
-    not trainable. One statement on the success path: the writer runs it without a savepoint."""
+    not trainable. Its prompt is stored against an earlier call's where it extends one (agl.store.prompt_bases).
+    One write statement: the writer runs it without a savepoint."""
     row = conn.execute("SELECT status FROM attempts WHERE id=?", (values[_ATTEMPT_ID],)).fetchone()
     if row is not None and row["status"] != AttemptStatus.running.value and values[_TRAINABLE]:
         # it was under way when its attempt ended (the agent gave up, a lease expired): kept, not trained
@@ -58,7 +70,8 @@ def insert_llm_call(conn: sqlite3.Connection, values: tuple[Any, ...]) -> None:
             f"its attempt had ended ({row['status']}) before the call finished",
             *values[_NOT_TRAINABLE_REASON + 1 :],
         )
-    conn.execute(_INSERT_LLM_CALL, values)
+    prompt, base_seq, base_len = against_base(conn, values[_ATTEMPT_ID], values[_SEQ], values[_PROMPT_IDS])
+    conn.execute(_INSERT_LLM_CALL, (*values[:_PROMPT_IDS], prompt, *values[_PROMPT_IDS + 1 :], base_seq, base_len))
 
 
 def insert_reward(conn: sqlite3.Connection, reward: RewardIn) -> None:

@@ -31,6 +31,7 @@ from agl.schema import (
     Task,
 )
 from agl.store.codec import TokenIds, decode_floats, dumps, encode_floats, encode_ids, loads
+from agl.store.prompt_bases import PromptBases
 from agl.store.schema import (
     ATTEMPT_COLUMNS,
     LLM_CALL_COLUMNS,
@@ -64,6 +65,7 @@ _ATTEMPT_STATUS = {m.value: m for m in AttemptStatus}
 _ATTRIBUTION = {m.value: m for m in Attribution}
 _REWARD_SOURCE = {m.value: m for m in RewardSource}
 _SPAN_STATUS = {m.value: m for m in SpanStatus}
+_BASE_SEQ = len(LLM_CALL_COLUMNS)  # where a call row's PROMPT_BASE_COLUMNS begin
 
 # ------------------------------------------------------------------------------------ row → model
 
@@ -111,16 +113,19 @@ def model_version(row: Row) -> ModelVersion:
 
 
 def llm_call_reader() -> Callable[[Row], LLMCall]:
-    """A reader of LLM call rows. Read in (attempt, seq) order, a prompt shares the ints of the previous call's
-    prompt and response when it extends them (`TokenIds`)."""
+    """A reader of LLM call rows (LLM_CALL_COLUMNS, then PROMPT_BASE_COLUMNS), read in (attempt, seq) order: it
+    rebuilds prompts stored against an earlier call's (`PromptBases`), and a prompt shares the ints of the
+    previous call's prompt and response when it extends them (`TokenIds`)."""
     ids = TokenIds()
+    bases = PromptBases()
 
     def read(row: Row) -> LLMCall:
-        d = dict(zip(LLM_CALL_COLUMNS, row, strict=True))
+        d = dict(zip(LLM_CALL_COLUMNS, row[:_BASE_SEQ], strict=True))
+        prompt = bases.whole(d["attempt_id"], d["seq"], d["prompt_ids"], d["response_ids"], *row[_BASE_SEQ:])
         d["attribution"] = _ATTRIBUTION[d["attribution"]]
         d["request"] = loads(d["request"])
         d["response_message"] = loads(d["response_message"])
-        d["prompt_ids"], d["response_ids"] = ids.decode(d["prompt_ids"], d["response_ids"])
+        d["prompt_ids"], d["response_ids"] = ids.decode(prompt, d["response_ids"])
         d["logprobs"] = decode_floats(d["logprobs"])
         d["stream"] = bool(d["stream"])
         d["usage"] = loads(d["usage"])
@@ -134,7 +139,8 @@ def llm_call_reader() -> Callable[[Row], LLMCall]:
 
 
 def llm_call_values(call: LLMCall) -> tuple[Any, ...]:
-    """The row of a call, in LLM_CALL_COLUMNS order."""
+    """The row of a call, in LLM_CALL_COLUMNS order, its prompt whole (the writer may store it against an
+    earlier call's: agl.store.prompt_bases)."""
     return (
         call.id,
         call.rollout_id,

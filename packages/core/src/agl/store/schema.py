@@ -6,7 +6,7 @@ import sqlite3
 from pathlib import Path
 
 DB_FILENAME = "agl.sqlite"
-SCHEMA_VERSION = 5
+SCHEMA_VERSION = 6
 # How to bring a store written by an older agl up to date, step by step; applied once, in one transaction, when
 # the store is opened (data already stored is kept).
 MIGRATIONS: dict[int, tuple[str, ...]] = {
@@ -21,6 +21,13 @@ MIGRATIONS: dict[int, tuple[str, ...]] = {
     3: (),
     # 4 → 5: an LLM call's agent key (a stable second name of its agent, see agl.agent)
     4: ("ALTER TABLE llm_calls ADD COLUMN agent_key TEXT",),
+    # 5 → 6: a prompt may be stored as the ids it adds to an earlier call's (agl.store.prompt_bases). Rows
+    # already written keep their whole prompts (no base); the version moves so an older agl refuses the store
+    # instead of reading a prompt's tail as the whole prompt.
+    5: (
+        "ALTER TABLE llm_calls ADD COLUMN prompt_base_seq INTEGER",
+        "ALTER TABLE llm_calls ADD COLUMN prompt_base_len INTEGER",
+    ),
 }
 
 # Each table's columns in the field order of its model (agl.schema), so a row selected with these names maps
@@ -103,6 +110,9 @@ LLM_CALL_COLUMNS = (
     "temperature",
     "agent_key",
 )
+# how a call's prompt is stored (agl.store.prompt_bases): read and written after LLM_CALL_COLUMNS, never part of
+# the model
+PROMPT_BASE_COLUMNS = ("prompt_base_seq", "prompt_base_len")
 REWARD_COLUMNS = (
     "rollout_id",
     "attempt_id",
@@ -151,7 +161,7 @@ CREATE TABLE IF NOT EXISTS llm_calls (
   response_ids BLOB, logprobs BLOB, finish_reason TEXT, stream INTEGER NOT NULL, status TEXT NOT NULL,
   http_status INTEGER NOT NULL, error TEXT, started_at REAL NOT NULL, latency_s REAL NOT NULL,
   usage TEXT NOT NULL, trainable INTEGER NOT NULL, not_trainable_reason TEXT, temperature REAL, agent_key TEXT,
-  UNIQUE (attempt_id, seq));
+  prompt_base_seq INTEGER, prompt_base_len INTEGER, UNIQUE (attempt_id, seq));
 CREATE INDEX IF NOT EXISTS llm_calls_rollout ON llm_calls(rollout_id, attempt_id, seq);
 CREATE TABLE IF NOT EXISTS rewards (
   id INTEGER PRIMARY KEY AUTOINCREMENT, rollout_id TEXT NOT NULL, attempt_id TEXT NOT NULL,
