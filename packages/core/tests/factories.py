@@ -1,9 +1,10 @@
-"""Stored-record factories for unit tests of transitions and credit assignment."""
+"""Stored-record factories for unit tests: rollouts for transitions and credit assignment, calls for the store."""
 
 from __future__ import annotations
 
 import itertools
 from dataclasses import dataclass, field
+from typing import Any
 
 from agl.schema import (
     Attempt,
@@ -168,3 +169,41 @@ def detail(run: Run) -> RolloutDetail:
     ]
     task = Task(id=run.task_id, input="q", metadata={}, created_at=0.0)
     return RolloutDetail(rollout=rollout, task=task, attempts=[attempt], spans=spans, llm_calls=calls, rewards=rewards)
+
+
+def llm_call(
+    rollout_id: str, attempt_id: str, seq: int, prompt: list[int] | None, response: list[int] | None, **kw: Any
+) -> LLMCall:
+    """A call as the proxy hands it to the store (`Store.add_llm_call`); `kw` overrides any field."""
+    values: dict[str, Any] = {
+        "id": f"llm-{attempt_id}-{seq}",
+        "rollout_id": rollout_id,
+        "attempt_id": attempt_id,
+        "seq": seq,
+        "agent_name": "solver",
+        "attribution": Attribution.scope,
+        "trace_id": None,
+        "parent_span_id": None,
+        "model_requested": "m",
+        "model": "m",
+        "model_version": 3,
+        "request": {"messages": [{"role": "user", "content": "q"}]},
+        "response_message": {"role": "assistant", "content": f"answer {seq}"},
+        "prompt_ids": prompt,
+        "response_ids": response,
+        "logprobs": None if response is None else [-0.5 - i / 8 for i in range(len(response))],
+        "finish_reason": "stop",
+        "stream": False,
+        "status": "ok",
+        "http_status": 200,
+        "error": None,
+        "started_at": 100.0 + seq,
+        "latency_s": 0.5,
+        "usage": {},
+        "trainable": True,
+        "not_trainable_reason": None,
+        "temperature": 0.7,
+        "agent_key": None,
+    }
+    values.update(kw)
+    return LLMCall(**values)

@@ -7,47 +7,13 @@ from __future__ import annotations
 import random
 import sqlite3
 from pathlib import Path
-from typing import Any
 
 import pytest
+from factories import llm_call
 
-from agl.schema import Attribution, EnqueueRequest, LLMCall, TaskIn
+from agl.schema import EnqueueRequest, TaskIn
 from agl.store import Store
 from agl.store.prompt_bases import PromptBases
-
-
-def _call(rollout_id: str, attempt_id: str, seq: int, prompt: list[int] | None, response: list[int]) -> LLMCall:
-    values: dict[str, Any] = {
-        "id": f"llm-{attempt_id}-{seq}",
-        "rollout_id": rollout_id,
-        "attempt_id": attempt_id,
-        "seq": seq,
-        "agent_name": "solver",
-        "attribution": Attribution.scope,
-        "trace_id": None,
-        "parent_span_id": None,
-        "model_requested": "m",
-        "model": "m",
-        "model_version": 1,
-        "request": {"messages": [{"role": "user", "content": "q"}]},
-        "response_message": {"role": "assistant", "content": "a"},
-        "prompt_ids": prompt,
-        "response_ids": response,
-        "logprobs": [-0.25] * len(response),
-        "finish_reason": "stop",
-        "stream": False,
-        "status": "ok",
-        "http_status": 200,
-        "error": None,
-        "started_at": 100.0 + seq,
-        "latency_s": 0.5,
-        "usage": {},
-        "trainable": prompt is not None,
-        "not_trainable_reason": None if prompt is not None else "no ids",
-        "temperature": 1.0,
-        "agent_key": None,
-    }
-    return LLMCall(**values)
 
 
 def _chat(rng: random.Random, turns: int) -> list[tuple[list[int], list[int]]]:
@@ -104,7 +70,7 @@ def test_a_multi_turn_chat_is_stored_as_what_each_turn_adds_and_read_back_whole(
     rollout_id, attempt_id = _attempt(store)
     chat = _chat(random.Random(1), 6)
     for seq, (prompt, response) in enumerate(chat):
-        store.add_llm_call(_call(rollout_id, attempt_id, seq, prompt, response)).result()
+        store.add_llm_call(llm_call(rollout_id, attempt_id, seq, prompt, response)).result()
     store.complete(attempt_id, "succeeded", reward=1.0).result()
 
     stored = _stored(store, attempt_id)
@@ -136,7 +102,7 @@ def test_a_call_sharing_less_than_half_is_stored_whole_and_bases_the_calls_after
         ([1, 2, 3, *range(11, 21)], [8]),  # shares 3 of its 13 ids with it: whole
     ]
     for seq, (prompt, response) in enumerate(calls):
-        store.add_llm_call(_call(rollout_id, attempt_id, seq, prompt, response)).result()
+        store.add_llm_call(llm_call(rollout_id, attempt_id, seq, prompt, response)).result()
     store.complete(attempt_id, "succeeded", reward=1.0).result()
     assert [(s[0], s[2]) for s in _stored(store, attempt_id)] == [
         (0, None),
@@ -157,7 +123,7 @@ def test_calls_stored_out_of_order_are_read_back_whole(store: Store) -> None:
     rollout_id, attempt_id = _attempt(store)
     chat = _chat(random.Random(3), 4)
     for seq in (0, 2, 1, 3):
-        store.add_llm_call(_call(rollout_id, attempt_id, seq, *chat[seq])).result()
+        store.add_llm_call(llm_call(rollout_id, attempt_id, seq, *chat[seq])).result()
     store.complete(attempt_id, "succeeded", reward=1.0).result()
     stored = _stored(store, attempt_id)
     bases = {seq: base for seq, _, base, _ in stored}
@@ -170,7 +136,7 @@ def test_calls_of_a_store_from_schema_5_stay_whole_and_base_new_calls(tmp_path: 
     s = Store(tmp_path)
     rollout_id, attempt_id = _attempt(s)
     chat = _chat(random.Random(4), 3)
-    s.add_llm_call(_call(rollout_id, attempt_id, 0, *chat[0])).result()
+    s.add_llm_call(llm_call(rollout_id, attempt_id, 0, *chat[0])).result()
     s.close()
     db = sqlite3.connect(tmp_path / "agl.sqlite")
     db.execute("ALTER TABLE llm_calls DROP COLUMN prompt_base_seq")
@@ -180,7 +146,7 @@ def test_calls_of_a_store_from_schema_5_stay_whole_and_base_new_calls(tmp_path: 
     db.close()
     with Store(tmp_path) as s:
         for seq in (1, 2):
-            s.add_llm_call(_call(rollout_id, attempt_id, seq, *chat[seq])).result()
+            s.add_llm_call(llm_call(rollout_id, attempt_id, seq, *chat[seq])).result()
         assert [(seq, base) for seq, _, base, _ in _stored(s, attempt_id)] == [(0, None), (1, 0), (2, 0)]
         assert [(c.prompt_ids, c.response_ids) for c in s.llm_calls(rollout_id)] == [(p, r) for p, r in chat]
 

@@ -10,10 +10,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from factories import llm_call
 
 from agl.air import AnswerParseRule, ToolStatusRule, with_air
 from agl.credit import assign_credit
-from agl.schema import Attribution, EnqueueRequest, LLMCall, RewardIn, SpanIn, SpanStatus, TaskIn
+from agl.schema import Attribution, EnqueueRequest, RewardIn, SpanIn, SpanStatus, TaskIn
 from agl.selection import AgentSelection
 from agl.store import Store
 from agl.tracing import attributes as attr
@@ -21,43 +22,6 @@ from agl.trainable import TrainableRollout, from_wire, to_wire
 from agl.transitions import Transition, build_episodes
 
 RULES = (ToolStatusRule(error_reward=-0.3), AnswerParseRule(parse=lambda text: int(text)))
-
-
-def _call(
-    rollout_id: str, attempt_id: str, seq: int, prompt: list[int] | None, response: list[int] | None, **kw: Any
-) -> LLMCall:
-    values: dict[str, Any] = {
-        "id": f"llm-{attempt_id}-{seq}",
-        "rollout_id": rollout_id,
-        "attempt_id": attempt_id,
-        "seq": seq,
-        "agent_name": "solver",
-        "attribution": Attribution.scope,
-        "trace_id": None,
-        "parent_span_id": None,
-        "model_requested": "m",
-        "model": "m",
-        "model_version": 3,
-        "request": {"messages": [{"role": "user", "content": "q"}]},
-        "response_message": {"role": "assistant", "content": f"answer {seq}"},
-        "prompt_ids": prompt,
-        "response_ids": response,
-        "logprobs": None if response is None else [-0.5 - i / 8 for i in range(len(response))],
-        "finish_reason": "stop",
-        "stream": False,
-        "status": "ok",
-        "http_status": 200,
-        "error": None,
-        "started_at": 100.0 + seq,
-        "latency_s": 0.5,
-        "usage": {},
-        "trainable": True,
-        "not_trainable_reason": None,
-        "temperature": 0.7,
-        "agent_key": None,
-    }
-    values.update(kw)
-    return LLMCall(**values)
 
 
 def _tool_span(rollout_id: str, attempt_id: str, n: int, status: SpanStatus, after_seq: int) -> SpanIn:
@@ -93,7 +57,7 @@ def _fill(store: Store) -> list[str]:
         ids += [r.id for r in rollouts]
         for first in store.claim("w", 2, 60).result():
             a = first.attempt
-            store.add_llm_call(_call(first.rollout.id, a.id, 0, [1, 2, 3], [4, 5])).result()
+            store.add_llm_call(llm_call(first.rollout.id, a.id, 0, [1, 2, 3], [4, 5])).result()
             store.add_spans([_tool_span(first.rollout.id, a.id, next(span_no), SpanStatus.error, 0)]).result()
             store.add_rewards(
                 [RewardIn(rollout_id=first.rollout.id, attempt_id=a.id, value=9.0, after_llm_seq=0)]
@@ -103,15 +67,15 @@ def _fill(store: Store) -> list[str]:
             rid, aid = claim.rollout.id, claim.attempt.id
             prompt = [7, 8, 9, 10 + task]
             calls = [
-                _call(rid, aid, 0, prompt, [20 + k, 21]),
-                _call(rid, aid, 1, [*prompt, 20 + k, 21, 30], [31 + k], agent_name="checker", agent_key="check"),
-                _call(rid, aid, 2, [*prompt, 20 + k, 21, 30, 31 + k, 40], [41, 42, 43]),
-                _call(rid, aid, 3, [5, 6], [7], agent_name=None, attribution=Attribution.unattributed),
-                _call(rid, aid, 4, [5, 6], [8], status="error", http_status=500, logprobs=None),
-                _call(rid, aid, 5, None, None, trainable=False, not_trainable_reason="the backend sent no ids"),
+                llm_call(rid, aid, 0, prompt, [20 + k, 21]),
+                llm_call(rid, aid, 1, [*prompt, 20 + k, 21, 30], [31 + k], agent_name="checker", agent_key="check"),
+                llm_call(rid, aid, 2, [*prompt, 20 + k, 21, 30, 31 + k, 40], [41, 42, 43]),
+                llm_call(rid, aid, 3, [5, 6], [7], agent_name=None, attribution=Attribution.unattributed),
+                llm_call(rid, aid, 4, [5, 6], [8], status="error", http_status=500, logprobs=None),
+                llm_call(rid, aid, 5, None, None, trainable=False, not_trainable_reason="the backend sent no ids"),
             ]
             if k == 1:
-                calls.append(_call(rid, aid, 6, [*prompt, 99], [100], response_message={"content": "12"}))
+                calls.append(llm_call(rid, aid, 6, [*prompt, 99], [100], response_message={"content": "12"}))
             for c in calls:
                 store.add_llm_call(c).result()
             store.add_spans([_tool_span(rid, aid, next(span_no), SpanStatus.error, 1)]).result()
@@ -213,8 +177,8 @@ def test_the_wire_format_round_trips(store: Store) -> None:
 def test_ids_that_are_not_int32_make_a_call_untrainable_not_a_crash(store: Store) -> None:
     (rollout,) = store.enqueue(EnqueueRequest(task=TaskIn(input="x"))).result()
     (claim,) = store.claim("w", 1, 60).result()
-    store.add_llm_call(_call(rollout.id, claim.attempt.id, 0, [1, 2**40], [3])).result()  # kept as JSON text
-    store.add_llm_call(_call(rollout.id, claim.attempt.id, 1, [1, 2], [3])).result()
+    store.add_llm_call(llm_call(rollout.id, claim.attempt.id, 0, [1, 2**40], [3])).result()  # kept as JSON text
+    store.add_llm_call(llm_call(rollout.id, claim.attempt.id, 1, [1, 2], [3])).result()
     store.complete(claim.attempt.id, "succeeded", reward=1.0).result()
     with sqlite3.connect(store.path) as conn:
         assert conn.execute("SELECT typeof(prompt_ids) FROM llm_calls WHERE seq=0").fetchone()[0] == "text"
