@@ -39,12 +39,11 @@ def against_base(
         return prompt, None, None
     base_prompt: bytes = row[1]
     base_response = row[2] if type(row[2]) is bytes else b""
-    if base_response and prompt.startswith(base_prompt) and prompt.startswith(base_response, len(base_prompt)):
-        shared = len(base_prompt) + len(base_response)
-    elif prompt.startswith(base_prompt):
-        shared = len(base_prompt)
-    else:
+    if not prompt.startswith(base_prompt):
         return prompt, None, None
+    shared = len(base_prompt)
+    if prompt.startswith(base_response, shared):  # the base's answer too (b"" always matches: nothing added)
+        shared += len(base_response)
     if 2 * shared < len(prompt):
         return prompt, None, None
     return prompt[shared:], int(row[0]), shared // _ID_BYTES

@@ -7,12 +7,11 @@ agl.store.rows; only the few answers used for decisions are read by column name.
 from __future__ import annotations
 
 import sqlite3
-from array import array
 from collections.abc import Iterable, Iterator, Sequence
 from typing import Any
 
 from agl.gc_pause import gc_paused
-from agl.packed import BIG_ENDIAN, FLOAT64, INT32, floats_array, ids_array
+from agl.packed import floats_array, ids_array
 from agl.schema import (
     Attempt,
     AttemptStatus,
@@ -205,9 +204,6 @@ def _trainable_call(row: tuple[Any, ...], bases: PromptBases) -> TrainableCall:
     """A call from its row (CALL_COLUMNS, then PROMPT_BASE_COLUMNS), read in (attempt, seq) order."""
     response, logprobs = row[_RESPONSE], row[_LOGPROBS]
     prompt = bases.whole(row[_ATTEMPT], row[_SEQ], row[_PROMPT], response, *row[_BASE_SEQ:])
-    if type(prompt) is bytes and type(response) is bytes and type(logprobs) is bytes and not BIG_ENDIAN:
-        # every call written since schema 4: the BLOBs are the arrays' own bytes
-        return call_from_columns(row, array(INT32, prompt), array(INT32, response), array(FLOAT64, logprobs))
     floats = None if logprobs is None else floats_array(logprobs)
     try:
         prompt_ids = None if prompt is None else ids_array(prompt)
