@@ -29,6 +29,7 @@ from agl.schema import (
     RolloutStatus,
 )
 from agl.store import rows
+from agl.store.attempt_packs import pack, repack_if_packed
 from agl.store.codec import dumps
 from agl.store.errors import ConflictError, NotFoundError
 from agl.store.ids import new_id
@@ -186,10 +187,12 @@ def complete(
         "SELECT id, status, attempt_count, max_attempts FROM rollouts WHERE id=?", (att["rollout_id"],)
     ).fetchone()
     if agent_scopes:
-        conn.execute(
+        marked = conn.execute(
             "UPDATE llm_calls SET attribution=? WHERE attempt_id=? AND attribution=?",
             (Attribution.missed.value, attempt_id, Attribution.unhooked.value),
-        )
+        ).rowcount
+        if marked:
+            repack_if_packed(conn, attempt_id)
     if att["status"] == status:
         return _rollout(conn, ro["id"]), []  # a repeated report: already recorded
     is_latest = latest_attempt_id(conn, ro["id"]) == attempt_id
@@ -229,6 +232,7 @@ def complete(
             "UPDATE rollouts SET status=?, ended_at=?, final_attempt_id=?, final_reward=?, error=NULL WHERE id=?",
             (RolloutStatus.succeeded.value, now, attempt_id, final, ro["id"]),
         )
+        pack(conn, attempt_id, ro["id"])
     elif ro["status"] == _RUNNING:
         # the rollout keeps the message; the traceback stays with the attempt (agl show prints it there)
         message = failure.split(error)[0] if error else "no detail"
@@ -313,4 +317,6 @@ def add_rewards(conn: sqlite3.Connection, rewards: Sequence[RewardIn]) -> int:
                 continue  # a re-sent reward that was stored before the attempt ended
             raise ConflictError(f"attempt {r.attempt_id} is {att['status']}: it can no longer report rewards")
         insert_reward(conn, r)
+    for attempt_id in {r.attempt_id for r in rewards}:
+        repack_if_packed(conn, attempt_id)  # rewards computed after the attempt succeeded (AIR)
     return len(rewards)

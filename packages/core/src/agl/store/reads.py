@@ -26,6 +26,7 @@ from agl.schema import (
     Task,
 )
 from agl.store import rows
+from agl.store.attempt_packs import unpack_calls, unpack_rewards
 from agl.store.errors import NotFoundError
 from agl.store.prompt_bases import PromptBases
 from agl.store.schema import (
@@ -200,6 +201,10 @@ _ATTEMPT, _SEQ, _PROMPT, _RESPONSE, _LOGPROBS, _BASE_SEQ = (
 )
 
 
+_Part = tuple[list[Span], list[TrainableCall], list[Reward]]  # an attempt's spans, calls and rewards
+_PACKS = "SELECT attempt_id, rollout_id, calls, rewards, ids, logprobs FROM attempt_packs"
+
+
 def _trainable_call(row: tuple[Any, ...], bases: PromptBases) -> TrainableCall:
     """A call from its row (CALL_COLUMNS, then PROMPT_BASE_COLUMNS), read in (attempt, seq) order."""
     response, logprobs = row[_RESPONSE], row[_LOGPROBS]
@@ -234,30 +239,54 @@ def _trainable_chunk(conn: sqlite3.Connection, chunk: list[str]) -> list[Trainab
     }
     finals = sorted({r.final_attempt_id for r in found.values() if r.final_attempt_id is not None})
     # (spans, calls, rewards) of each final attempt
-    parts: dict[str, tuple[list[Span], list[TrainableCall], list[Reward]]] = {a: ([], [], []) for a in finals}
+    parts: dict[str, _Part] = {}
     if finals:
-        # the (attempt_id, seq) index gives each attempt's calls in order
-        calls = _tuples(
-            conn, f"{_TRAINABLE_CALLS} WHERE attempt_id IN ({_marks(len(finals))}) ORDER BY attempt_id, seq", finals
-        )
-        bases = PromptBases()
-        for row in calls:
-            call = _trainable_call(row, bases)
-            parts[call.attempt_id][1].append(call)
-        # spans and rewards are indexed by rollout: the chunk's are read, the final attempts' kept
+        # packed attempts (agl.store.attempt_packs): one row each; the others from their calls' and rewards' rows
+        for attempt_id, rollout_id, calls, rewards, ids, logprobs in _tuples(
+            conn, f"{_PACKS} WHERE attempt_id IN ({_marks(len(finals))})", finals
+        ):
+            parts[attempt_id] = (
+                [],
+                unpack_calls(rollout_id, attempt_id, calls, ids, logprobs),
+                unpack_rewards(rollout_id, attempt_id, rewards),
+            )
+        unpacked = {a: r.id for r in found.values() if (a := r.final_attempt_id) is not None and a not in parts}
+        if unpacked:
+            parts.update(_unpacked_attempts(conn, unpacked))
+        # spans are indexed by rollout: the chunk's are read, the final attempts' kept
         for s in map(rows.span, _tuples(conn, f"{_SPANS} WHERE rollout_id {in_chunk} ORDER BY start_time", chunk)):
             if s.attempt_id is not None and (part := parts.get(s.attempt_id)) is not None:
                 part[0].append(s)
-        for w in map(
-            rows.reward, _tuples(conn, f"{_REWARDS} WHERE rollout_id {in_chunk} ORDER BY timestamp, id", chunk)
-        ):
-            if (part := parts.get(w.attempt_id)) is not None:
-                part[2].append(w)
     return [
         TrainableRollout(r, tasks[r.task_id], *(parts.get(r.final_attempt_id or "") or ([], [], [])))
         for rid in chunk
         if (r := found.get(rid)) is not None
     ]
+
+
+def _unpacked_attempts(conn: sqlite3.Connection, rollout_of: dict[str, str]) -> dict[str, _Part]:
+    """(spans, calls, rewards) of these attempts (attempt → rollout) read from their rows, spans left empty."""
+    parts: dict[str, _Part] = {a: ([], [], []) for a in rollout_of}
+    attempts = sorted(rollout_of)
+    # the (attempt_id, seq) index gives each attempt's calls in order
+    calls = _tuples(
+        conn, f"{_TRAINABLE_CALLS} WHERE attempt_id IN ({_marks(len(attempts))}) ORDER BY attempt_id, seq", attempts
+    )
+    bases = PromptBases()
+    for row in calls:
+        call = _trainable_call(row, bases)
+        parts[call.attempt_id][1].append(call)
+    # rewards are indexed by rollout: the rollouts' are read, these attempts' kept
+    rollout_ids = sorted(set(rollout_of.values()))
+    for w in map(
+        rows.reward,
+        _tuples(
+            conn, f"{_REWARDS} WHERE rollout_id IN ({_marks(len(rollout_ids))}) ORDER BY timestamp, id", rollout_ids
+        ),
+    ):
+        if (part := parts.get(w.attempt_id)) is not None:
+            part[2].append(w)
+    return parts
 
 
 def iter_final_llm_calls(conn: sqlite3.Connection, *, step: int | None = None) -> Iterator[tuple[Rollout, LLMCall]]:

@@ -9,6 +9,7 @@ from typing import Any
 
 from agl.schema import AttemptStatus, ModelVersion, ModelVersionIn, RewardIn, Task, TaskIn
 from agl.store import rows
+from agl.store.attempt_packs import repack_if_packed
 from agl.store.codec import dumps, loads
 from agl.store.errors import ConflictError
 from agl.store.ids import new_id
@@ -59,10 +60,12 @@ def insert_spans(conn: sqlite3.Connection, values: Sequence[tuple[Any, ...]]) ->
 
 def insert_llm_call(conn: sqlite3.Connection, values: tuple[Any, ...]) -> None:
     """Store one call (`rows.llm_call_values`); a trainable call whose attempt has already ended is kept, marked
-    not trainable. Its prompt is stored against an earlier call's where it extends one (agl.store.prompt_bases).
-    One write statement: the writer runs it without a savepoint."""
+    not trainable, and packed again with its attempt if that has a pack. Its prompt is stored against an earlier
+    call's where it extends one (agl.store.prompt_bases). While its attempt runs it is one write statement: the
+    writer runs it without a savepoint."""
     row = conn.execute("SELECT status FROM attempts WHERE id=?", (values[_ATTEMPT_ID],)).fetchone()
-    if row is not None and row["status"] != AttemptStatus.running.value and values[_TRAINABLE]:
+    ended = row is not None and row["status"] != AttemptStatus.running.value
+    if ended and values[_TRAINABLE]:
         # it was under way when its attempt ended (the agent gave up, a lease expired): kept, not trained
         values = (
             *values[:_TRAINABLE],
@@ -71,7 +74,21 @@ def insert_llm_call(conn: sqlite3.Connection, values: tuple[Any, ...]) -> None:
             *values[_NOT_TRAINABLE_REASON + 1 :],
         )
     prompt, base_seq, base_len = against_base(conn, values[_ATTEMPT_ID], values[_SEQ], values[_PROMPT_IDS])
-    conn.execute(_INSERT_LLM_CALL, (*values[:_PROMPT_IDS], prompt, *values[_PROMPT_IDS + 1 :], base_seq, base_len))
+    args = (*values[:_PROMPT_IDS], prompt, *values[_PROMPT_IDS + 1 :], base_seq, base_len)
+    if not ended:
+        conn.execute(_INSERT_LLM_CALL, args)
+        return
+    # a call of a succeeded attempt is packed again with it (agl.store.attempt_packs): both or neither, and the
+    # writer runs this without a savepoint of its own
+    conn.execute("SAVEPOINT late_call")
+    try:
+        conn.execute(_INSERT_LLM_CALL, args)
+        repack_if_packed(conn, values[_ATTEMPT_ID])
+    except BaseException:
+        conn.execute("ROLLBACK TO late_call")
+        conn.execute("RELEASE late_call")
+        raise
+    conn.execute("RELEASE late_call")
 
 
 def insert_reward(conn: sqlite3.Connection, reward: RewardIn) -> None:

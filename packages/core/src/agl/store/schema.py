@@ -6,7 +6,7 @@ import sqlite3
 from pathlib import Path
 
 DB_FILENAME = "agl.sqlite"
-SCHEMA_VERSION = 6
+SCHEMA_VERSION = 7
 # How to bring a store written by an older agl up to date, step by step; applied once, in one transaction, when
 # the store is opened (data already stored is kept).
 MIGRATIONS: dict[int, tuple[str, ...]] = {
@@ -28,6 +28,11 @@ MIGRATIONS: dict[int, tuple[str, ...]] = {
         "ALTER TABLE llm_calls ADD COLUMN prompt_base_seq INTEGER",
         "ALTER TABLE llm_calls ADD COLUMN prompt_base_len INTEGER",
     ),
+    # 6 → 7: a succeeded attempt's calls and rewards are also packed into one row for the training read
+    # (agl.store.attempt_packs; the table is created with the others). Attempts that succeeded before stay
+    # unpacked and are read from their rows; the version moves so an older agl, which would not pack again what it
+    # adds to a packed attempt, refuses the store.
+    6: (),
 }
 
 # Each table's columns in the field order of its model (agl.schema), so a row selected with these names maps
@@ -168,6 +173,10 @@ CREATE TABLE IF NOT EXISTS rewards (
   value REAL NOT NULL, name TEXT NOT NULL, source TEXT NOT NULL, after_llm_seq INTEGER, span_id TEXT,
   agent_name TEXT, timestamp REAL NOT NULL, metadata TEXT NOT NULL, uid TEXT UNIQUE);
 CREATE INDEX IF NOT EXISTS rewards_rollout ON rewards(rollout_id);
+-- agl.store.attempt_packs: calls and rewards are JSON arrays, ids int32 and log-probs float64 (agl.packed)
+CREATE TABLE IF NOT EXISTS attempt_packs (
+  attempt_id TEXT PRIMARY KEY, rollout_id TEXT NOT NULL, calls BLOB NOT NULL, rewards BLOB NOT NULL,
+  ids BLOB NOT NULL, logprobs BLOB NOT NULL);
 CREATE TABLE IF NOT EXISTS model_versions (
   version INTEGER PRIMARY KEY AUTOINCREMENT, name TEXT NOT NULL, upstream_model TEXT,
   metadata TEXT NOT NULL, created_at REAL NOT NULL, agent_models TEXT);

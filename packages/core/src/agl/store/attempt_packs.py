@@ -1,0 +1,173 @@
+"""A succeeded attempt's LLM calls and rewards packed into one row, for the training read (schema 7).
+
+The training read (`agl.store.reads.trainable_rollouts`) takes, for each rollout, its final attempt's calls and
+rewards. Read from their own tables that is one row per call and per reward, and sqlite3 makes a Python object
+of every column of every row: with ~20 columns a call, that was most of the read's time. Once an attempt has
+succeeded its calls and rewards seldom change, so the writer packs them, in the transaction that records the
+success, into one row: the calls' training columns and the rewards as two JSON arrays (orjson decodes each in
+one go), their token ids and log-probs as two BLOBs.
+
+The rows stay where they are (every other read uses them), so a pack is a second copy, and the writer keeps it
+in step: the transaction that adds a call or a reward to a succeeded attempt, or marks its calls' attribution,
+packs it again. Attempts without a pack are read from the rows: attempts that did not succeed, those that
+succeeded before schema 7, and those holding token ids as JSON text (before schema 4).
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from array import array
+from typing import Any
+
+import orjson
+
+from agl.packed import BIG_ENDIAN, FLOAT64, INT32
+from agl.schema import Attribution, Reward, RewardSource
+from agl.store.rows import trusted
+from agl.store.schema import REWARD_COLUMNS, columns
+from agl.trainable import TrainableCall
+
+_ID_BYTES, _FLOAT_BYTES = 4, 8  # agl.packed's int32 and float64
+# the call columns a pack keeps, in order; then the counts of its ids in the pack's BLOBs (None: no such list)
+_CALL_COLUMNS = (
+    "id",
+    "seq",
+    "agent_name",
+    "agent_key",
+    "attribution",
+    "status",
+    "trainable",
+    "not_trainable_reason",
+    "model_version",
+    "temperature",
+    "started_at",
+    "latency_s",
+    "response_message",
+    "prompt_base_seq",
+    "prompt_base_len",
+)
+_BLOBS = ("prompt_ids", "response_ids", "logprobs")
+_SELECT_CALLS = f"SELECT {columns(_CALL_COLUMNS + _BLOBS)} FROM llm_calls WHERE attempt_id=? ORDER BY seq"
+# a pack's rewards leave out the two ids the pack is keyed by
+_REWARD_FIELDS = REWARD_COLUMNS[2:]
+_METADATA = _REWARD_FIELDS.index("metadata")
+_SELECT_REWARDS = (
+    f"SELECT {columns(_REWARD_FIELDS)} FROM rewards WHERE rollout_id=? AND attempt_id=? ORDER BY timestamp, id"
+)
+_UPSERT = (
+    "INSERT OR REPLACE INTO attempt_packs (attempt_id, rollout_id, calls, rewards, ids, logprobs)"
+    " VALUES (?, ?, ?, ?, ?, ?)"
+)
+_N = len(_CALL_COLUMNS)
+# value → member; a dict lookup costs a fraction of calling the enum
+_ATTRIBUTION = {m.value: m for m in Attribution}
+_SOURCE = {m.value: m for m in RewardSource}
+
+
+def pack(conn: sqlite3.Connection, attempt_id: str, rollout_id: str) -> None:
+    """(Re)write the attempt's pack from its rows; an attempt whose ids are JSON text gets none."""
+    calls: list[list[Any]] = []
+    ids: list[bytes] = []
+    floats: list[bytes] = []
+    for row in conn.execute(_SELECT_CALLS, (attempt_id,)):
+        values = list(row)
+        prompt, response, logprobs = values[_N:]
+        if str in (type(prompt), type(response), type(logprobs)):
+            conn.execute("DELETE FROM attempt_packs WHERE attempt_id=?", (attempt_id,))
+            return
+        del values[_N:]
+        values.append(None if prompt is None else len(prompt) // _ID_BYTES)
+        values.append(None if response is None else len(response) // _ID_BYTES)
+        values.append(None if logprobs is None else len(logprobs) // _FLOAT_BYTES)
+        ids += (prompt or b"", response or b"")
+        floats.append(logprobs or b"")
+        calls.append(values)
+    rewards: list[list[Any]] = []
+    for row in conn.execute(_SELECT_REWARDS, (rollout_id, attempt_id)):
+        values = list(row)
+        values[_METADATA] = orjson.Fragment(values[_METADATA])  # already JSON text
+        rewards.append(values)
+    conn.execute(
+        _UPSERT,
+        (attempt_id, rollout_id, orjson.dumps(calls), orjson.dumps(rewards), b"".join(ids), b"".join(floats)),
+    )
+
+
+def repack_if_packed(conn: sqlite3.Connection, attempt_id: str) -> None:
+    """Pack the attempt again if it has a pack (something of it changed after it succeeded)."""
+    row = conn.execute("SELECT rollout_id FROM attempt_packs WHERE attempt_id=?", (attempt_id,)).fetchone()
+    if row is not None:
+        pack(conn, attempt_id, row[0])
+
+
+def _whole(code: str, blob: bytes) -> array[Any]:
+    values = array(code, blob)
+    if BIG_ENDIAN:
+        values.byteswap()
+    return values
+
+
+def unpack_calls(rollout_id: str, attempt_id: str, calls: bytes, ids: bytes, logprobs: bytes) -> list[TrainableCall]:
+    """The pack's calls, in seq order, as the training read hands them on (prompts rebuilt whole). Each call's
+    arrays are slices of the pack's two: one conversion per BLOB, then block copies."""
+    out: list[TrainableCall] = []
+    all_ids, all_floats = _whole(INT32, ids), _whole(FLOAT64, logprobs)
+    at = fat = 0
+    heads: dict[int, array[int]] = {}  # seq → prompt + response of the calls stored whole
+    for c in orjson.loads(calls):
+        seq, base_seq, n_prompt, n_response, n_logprobs = c[1], c[13], c[15], c[16], c[17]
+        prompt = response = floats = None
+        start = at
+        if n_prompt is not None:
+            prompt = all_ids[at : at + n_prompt]
+            at += n_prompt
+        if n_response is not None:
+            response = all_ids[at : at + n_response]
+            at += n_response
+        if n_logprobs is not None:
+            floats = all_floats[fat : fat + n_logprobs]
+            fat += n_logprobs
+        if base_seq is None:
+            if prompt is not None:
+                heads[seq] = all_ids[start:at]
+        else:
+            head = heads.get(base_seq)
+            if head is None or prompt is None:
+                raise RuntimeError(
+                    f"the pack of attempt {attempt_id} stores LLM call {seq}'s prompt after call {base_seq}'s, which"
+                    " it does not hold whole: repack it"
+                )
+            prompt = head[: c[14]] + prompt
+        out.append(
+            TrainableCall(
+                c[0],
+                rollout_id,
+                attempt_id,
+                seq,
+                c[2],
+                c[3],
+                _ATTRIBUTION[c[4]],
+                c[5],
+                c[6] != 0,
+                c[7],
+                c[8],
+                c[9],
+                c[10],
+                c[11],
+                prompt,
+                response,
+                floats,
+                c[12],
+            )
+        )
+    return out
+
+
+def unpack_rewards(rollout_id: str, attempt_id: str, rewards: bytes) -> list[Reward]:
+    """The pack's rewards, in the order the rows are read (time, then id)."""
+    out: list[Reward] = []
+    for r in orjson.loads(rewards):
+        d = dict(zip(REWARD_COLUMNS, (rollout_id, attempt_id, *r), strict=True))
+        d["source"] = _SOURCE[d["source"]]
+        out.append(trusted(Reward, d))
+    return out
