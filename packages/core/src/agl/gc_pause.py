@@ -7,6 +7,12 @@ every tracked object of the process (in the trainer: the model's Python objects 
 nothing: a fifth to a third of reading a step's calls back. Pausing it is safe here, since nothing made under
 the pause needs it; pauses in several threads share one (a count), and the collector is turned back on only if
 it was on when the first of them began.
+
+What the pause made and still holds has, by then, outlived the step that made it: the collector would walk it in
+a young pass as soon as it is back on, then again in a middle-generation pass a few thousand allocations later,
+before moving it to the oldest generation, which it walks rarely. Ending the pause with one middle-generation
+pass moves it there in one walk instead of two (a credit assignment after a read spent two thirds of its time in
+that second walk).
 """
 
 from __future__ import annotations
@@ -36,3 +42,5 @@ def gc_paused() -> Iterator[None]:
             _holders -= 1
             if _holders == 0 and _was_enabled:
                 gc.enable()
+                if gc.get_count()[0] > gc.get_threshold()[0]:  # more left than a young pass would let by
+                    gc.collect(1)
