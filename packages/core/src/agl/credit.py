@@ -176,25 +176,38 @@ def _same_prompt_groups(episodes: Sequence[Episode]) -> list[list[Transition]]:
     repeats inside one rollout only compares that rollout with itself). A cheap key (the length and the middle id)
     buckets them first, so only likely matches have their whole prompts compared: hashing every prompt in full
     touched each of its int objects and cost more than the rest of credit assignment. Not the ends: prompts
-    begin with the same system turn and end with the same generation prompt, so their end ids tell nothing."""
-    buckets: dict[tuple[str, int, int], list[Transition]] = defaultdict(list)
+    begin with the same system turn and end with the same generation prompt, so their end ids tell nothing. The
+    key is one int, not a tuple: a tuple per transition was an object for the cycle collector to walk."""
+    # per task: the first transition of each key, and the keys met more than once (most are met once: a
+    # list for each would be another object per transition)
+    by_task: dict[str, tuple[dict[int, Transition], dict[int, list[Transition]]]] = {}
     for ep in episodes:
+        found = by_task.get(ep.task_id)
+        if found is None:
+            found = by_task[ep.task_id] = ({}, {})
+        first, repeated = found
         for t in ep.transitions:
             ids = t.prompt_ids
-            buckets[(ep.task_id, len(ids), ids[len(ids) // 2] if ids else 0)].append(t)
-    groups: list[list[Transition]] = []
-    for bucket in buckets.values():
-        if len(bucket) < 2:
-            continue
-        exact: list[list[Transition]] = []
-        for t in bucket:
-            for group in exact:
-                if group[0].prompt_ids == t.prompt_ids:
-                    group.append(t)
-                    break
+            n = len(ids)
+            key = (n << 32) ^ ids[n // 2] if n else 0  # a collision only costs a comparison of whole prompts
+            if key not in first:
+                first[key] = t
+            elif (bucket := repeated.get(key)) is None:
+                repeated[key] = [first[key], t]
             else:
-                exact.append([t])
-        groups += [g for g in exact if len({t.rollout_id for t in g}) > 1]
+                bucket.append(t)
+    groups: list[list[Transition]] = []
+    for _, repeated in by_task.values():
+        for bucket in repeated.values():
+            exact: list[list[Transition]] = []
+            for t in bucket:
+                for group in exact:
+                    if group[0].prompt_ids == t.prompt_ids:
+                        group.append(t)
+                        break
+                else:
+                    exact.append([t])
+            groups += [g for g in exact if len({t.rollout_id for t in g}) > 1]
     return groups
 
 

@@ -227,10 +227,15 @@ def build_episode(
         stats.dropped_rollouts[f"rollout {rollout.status.value}"] += 1
         return None
     attempt = rollout.final_attempt_id
-    rewards = [r for r in detail.rewards if r.attempt_id == attempt]
-    final = [r for r in rewards if r.source is RewardSource.returned]
-    final_value = final[-1].value if final else rollout.final_reward
-    intermediate = [r for r in rewards if r.source is not RewardSource.returned]
+    final: Reward | None = None  # the last one the agent returned
+    intermediate: list[Reward] = []
+    for r in detail.rewards:
+        if r.attempt_id == attempt:
+            if r.source is RewardSource.returned:
+                final = r
+            else:
+                intermediate.append(r)
+    final_value = final.value if final is not None else rollout.final_reward
     if final_value is None and not intermediate:
         stats.dropped_rollouts["no reward"] += 1
         return None
@@ -238,9 +243,11 @@ def build_episode(
     transitions: list[Transition] = []
     calls = [c for c in detail.llm_calls if c.attempt_id == attempt]  # a RolloutDetail holds every attempt's
     calls.sort(key=_SEQ)
+    kept: list[str | None] = []  # the agent name of each call kept, counted once the loop is done
     for call in calls:
         name = call.agent_name
-        stats.missed_attribution += call.attribution.lost
+        if call.attribution.lost:
+            stats.missed_attribution += 1
         if name in GENERIC_AGENT_NAMES:
             stats.generic_names[name] += 1
         reason = _call_reason(call, selection)
@@ -254,8 +261,9 @@ def build_episode(
             stats.dropped_calls[reason] += 1
             stats.dropped_by_agent[name] += 1
             continue
-        stats.kept_by_agent[name] += 1
+        kept.append(name)
         transitions.append(_to_transition(call, rollout, stats))
+    stats.kept_by_agent.update(kept)
     if not transitions:
         stats.dropped_rollouts["no trainable call of a selected agent"] += 1
         return None

@@ -48,11 +48,9 @@ _CALL_COLUMNS = (
 )
 _BLOBS = ("prompt_ids", "response_ids", "logprobs")
 _SELECT_CALLS = f"SELECT {columns(_CALL_COLUMNS + _BLOBS)} FROM llm_calls WHERE attempt_id=? ORDER BY seq"
-# a pack's rewards leave out the two ids the pack is keyed by
-_REWARD_FIELDS = REWARD_COLUMNS[2:]
-_METADATA = _REWARD_FIELDS.index("metadata")
+_METADATA = REWARD_COLUMNS.index("metadata")
 _SELECT_REWARDS = (
-    f"SELECT {columns(_REWARD_FIELDS)} FROM rewards WHERE rollout_id=? AND attempt_id=? ORDER BY timestamp, id"
+    f"SELECT {columns(REWARD_COLUMNS)} FROM rewards WHERE rollout_id=? AND attempt_id=? ORDER BY timestamp, id"
 )
 _UPSERT = (
     "INSERT OR REPLACE INTO attempt_packs (attempt_id, rollout_id, calls, rewards, ids, logprobs)"
@@ -82,11 +80,12 @@ def pack(conn: sqlite3.Connection, attempt_id: str, rollout_id: str) -> None:
         ids += (prompt or b"", response or b"")
         floats.append(logprobs or b"")
         calls.append(values)
-    rewards: list[list[Any]] = []
+    # each reward as an object of its fields in field order: decoded, it is the model's __dict__ as it stands
+    rewards: list[dict[str, Any]] = []
     for row in conn.execute(_SELECT_REWARDS, (rollout_id, attempt_id)):
         values = list(row)
         values[_METADATA] = orjson.Fragment(values[_METADATA])  # already JSON text
-        rewards.append(values)
+        rewards.append(dict(zip(REWARD_COLUMNS, values, strict=True)))
     conn.execute(
         _UPSERT,
         (attempt_id, rollout_id, orjson.dumps(calls), orjson.dumps(rewards), b"".join(ids), b"".join(floats)),
@@ -163,11 +162,10 @@ def unpack_calls(rollout_id: str, attempt_id: str, calls: bytes, ids: bytes, log
     return out
 
 
-def unpack_rewards(rollout_id: str, attempt_id: str, rewards: bytes) -> list[Reward]:
+def unpack_rewards(rewards: bytes) -> list[Reward]:
     """The pack's rewards, in the order the rows are read (time, then id)."""
     out: list[Reward] = []
-    for r in orjson.loads(rewards):
-        d = dict(zip(REWARD_COLUMNS, (rollout_id, attempt_id, *r), strict=True))
+    for d in orjson.loads(rewards):
         d["source"] = _SOURCE[d["source"]]
         out.append(trusted(Reward, d))
     return out

@@ -248,7 +248,7 @@ def _trainable_chunk(conn: sqlite3.Connection, chunk: list[str]) -> list[Trainab
             parts[attempt_id] = (
                 [],
                 unpack_calls(rollout_id, attempt_id, calls, ids, logprobs),
-                unpack_rewards(rollout_id, attempt_id, rewards),
+                unpack_rewards(rewards),
             )
         unpacked = {a: r.id for r in found.values() if (a := r.final_attempt_id) is not None and a not in parts}
         if unpacked:
