@@ -114,13 +114,25 @@ def main(n_tasks: int = 250, repeats: int = 3) -> dict[str, Any]:
     rng = random.Random(0)
     rows: dict[str, Any] = {"rollouts": n_tasks * GROUP, "LLM calls": n_tasks * GROUP * CALLS_PER_ROLLOUT}
     with tempfile.TemporaryDirectory(prefix="agl-bench-credit-") as tmp, Store(Path(tmp)) as store:
+        t0 = time.perf_counter()
         ids, sent_prompt_ids = fill_store(store, n_tasks, rng)
         n_calls = len(ids) * CALLS_PER_ROLLOUT
-        # what the store keeps of the prompts: each turn's prompt repeats the chat so far (agl.store.prompt_bases)
+        # one writer, calls sent one by one as the proxy sends them, each attempt completed (and packed) at its end
+        rows["writing the store (claims, calls, rewards, completions): LLM calls/s"] = n_calls / (
+            time.perf_counter() - t0
+        )
+        # what the store keeps of the prompts: each turn's prompt repeats the chat so far (agl.store.prompt_bases);
+        # the packs for the training read (agl.store.attempt_packs) are a second copy of each attempt's ids
         with sqlite3.connect(store.path) as conn:
             stored = conn.execute("SELECT sum(length(prompt_ids)) FROM llm_calls").fetchone()[0]
+            packs = conn.execute(
+                "SELECT sum(length(calls) + length(rewards) + length(ids) + length(logprobs)) FROM attempt_packs"
+            ).fetchone()[0]
+            conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
         rows["prompt ids sent, MB"] = 4 * sent_prompt_ids / 1e6
         rows["prompt ids stored, MB"] = stored / 1e6
+        rows["attempt packs, MB"] = packs / 1e6
+        rows["store file, MB"] = store.path.stat().st_size / 1e6
         # the trainer's read (Store.trainable_rollouts: final attempts, token ids packed), and the full detail
         # of every rollout (`agl show`, the API) for comparison
         read_s = float("inf")

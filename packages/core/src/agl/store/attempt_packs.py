@@ -114,12 +114,31 @@ def unpack_calls(rollout_id: str, attempt_id: str, calls: bytes, ids: bytes, log
     at = fat = 0
     heads: dict[int, array[int]] = {}  # seq → prompt + response of the calls stored whole
     for c in orjson.loads(calls):
-        seq, base_seq, n_prompt, n_response, n_logprobs = c[1], c[13], c[15], c[16], c[17]
+        (
+            call_id,
+            seq,
+            agent_name,
+            agent_key,
+            attribution,
+            status,
+            trainable,
+            not_trainable_reason,
+            model_version,
+            temperature,
+            started_at,
+            latency_s,
+            response_json,
+            base_seq,
+            base_len,
+            n_prompt,
+            n_response,
+            n_logprobs,
+        ) = c
         prompt = response = floats = None
         start = at
         if n_prompt is not None:
-            prompt = all_ids[at : at + n_prompt]
             at += n_prompt
+            prompt = all_ids[start:at]
         if n_response is not None:
             response = all_ids[at : at + n_response]
             at += n_response
@@ -136,27 +155,27 @@ def unpack_calls(rollout_id: str, attempt_id: str, calls: bytes, ids: bytes, log
                     f"the pack of attempt {attempt_id} stores LLM call {seq}'s prompt after call {base_seq}'s, which"
                     " it does not hold whole: repack it"
                 )
-            prompt = head[: c[14]] + prompt
+            prompt = head[:base_len] + prompt
         out.append(
             TrainableCall(
-                c[0],
+                call_id,
                 rollout_id,
                 attempt_id,
                 seq,
-                c[2],
-                c[3],
-                _ATTRIBUTION[c[4]],
-                c[5],
-                c[6] != 0,
-                c[7],
-                c[8],
-                c[9],
-                c[10],
-                c[11],
+                agent_name,
+                agent_key,
+                _ATTRIBUTION[attribution],
+                status,
+                trainable != 0,
+                not_trainable_reason,
+                model_version,
+                temperature,
+                started_at,
+                latency_s,
                 prompt,
                 response,
                 floats,
-                c[12],
+                response_json,
             )
         )
     return out
