@@ -8,11 +8,16 @@ nothing: a fifth to a third of reading a step's calls back. Pausing it is safe h
 the pause needs it; pauses in several threads share one (a count), and the collector is turned back on only if
 it was on when the first of them began.
 
-What the pause made and still holds has, by then, outlived the step that made it: the collector would walk it in
-a young pass as soon as it is back on, then again in a middle-generation pass a few thousand allocations later,
-before moving it to the oldest generation, which it walks rarely. Ending the pause with one middle-generation
-pass moves it there in one walk instead of two (a credit assignment after a read spent two thirds of its time in
-that second walk).
+What the pause made and still holds has, by then, outlived the step that made it, and holds no cycles: a walk of
+it would find nothing to free. Left young, the collector would walk it in a young pass as soon as it is back on,
+then again in a middle-generation pass a few thousand allocations later (two thirds of a credit assignment after
+a read), before moving it to the oldest generation, which only full collections walk. So the pause ends by
+moving every young object to the oldest generation at once, walking none: `gc.freeze()` then `gc.unfreeze()`,
+which the gc module documents as putting the frozen objects back into the oldest generation. What it made is
+then walked by the next full collection if it still exists (a step's records are usually gone by then); cyclic
+garbage that other code left young waits for that collection too. Where the process froze objects itself
+(`gc.freeze` before forking), unfreezing would undo that, so the pause ends with one middle-generation pass
+instead: the same move, in one walk.
 """
 
 from __future__ import annotations
@@ -43,4 +48,12 @@ def gc_paused() -> Iterator[None]:
             if _holders == 0 and _was_enabled:
                 gc.enable()
                 if gc.get_count()[0] > gc.get_threshold()[0]:  # more left than a young pass would let by
-                    gc.collect(1)
+                    _to_oldest_generation()
+
+
+def _to_oldest_generation() -> None:
+    if gc.get_freeze_count() == 0:
+        gc.freeze()
+        gc.unfreeze()
+    else:
+        gc.collect(1)
