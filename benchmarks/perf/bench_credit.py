@@ -27,6 +27,61 @@ CALLS_PER_ROLLOUT = 4
 GROUP = 8
 
 
+def _call(rollout_id: str, attempt_id: str, seq: int, prompt: list[int], response: list[int]) -> LLMCall:
+    return LLMCall(
+        id=f"llm-{attempt_id}-{seq}",
+        rollout_id=rollout_id,
+        attempt_id=attempt_id,
+        seq=seq,
+        agent_name="solver",
+        attribution=Attribution.scope,
+        trace_id=None,
+        parent_span_id=None,
+        model_requested="m",
+        model="m",
+        model_version=1,
+        request={"messages": [{"role": "user"}]},
+        response_message={"role": "assistant", "content": "x"},
+        prompt_ids=prompt,
+        response_ids=response,
+        logprobs=[-0.5] * len(response),
+        finish_reason="stop",
+        stream=False,
+        status="ok",
+        http_status=200,
+        error=None,
+        started_at=0.0,
+        latency_s=0.01,
+        usage={},
+        trainable=True,
+        not_trainable_reason=None,
+    )
+
+
+def write_rates(n_attempts: int = 200, turns: int = 8) -> tuple[float, float]:
+    """(LLM calls stored/s, attempts completed/s): calls sent one by one as the proxy sends them, then every
+    attempt completed with a reward (which packs it, agl.store.attempt_packs). The calls are built beforehand."""
+    rng = random.Random(1)
+    with tempfile.TemporaryDirectory(prefix="agl-bench-write-") as tmp, Store(Path(tmp)) as store:
+        store.enqueue(EnqueueRequest(task=TaskIn(input=0), n=n_attempts)).result()
+        claims = store.claim("bench", n_attempts, 3600).result()
+        calls = []
+        for claim in claims:
+            prompt = [rng.randrange(50_000) for _ in range(300)]
+            for seq in range(turns):
+                response = [rng.randrange(50_000) for _ in range(40)]
+                calls.append(_call(claim.rollout.id, claim.attempt.id, seq, prompt, response))
+                prompt = prompt + response + [rng.randrange(50_000) for _ in range(20)]
+        t0 = time.perf_counter()
+        for f in [store.add_llm_call(c) for c in calls]:
+            f.result()
+        t1 = time.perf_counter()
+        for f in [store.complete(c.attempt.id, "succeeded", reward=1.0) for c in claims]:
+            f.result()
+        t2 = time.perf_counter()
+    return len(calls) / (t1 - t0), len(claims) / (t2 - t1)
+
+
 def fill_store(store: Store, n_tasks: int, rng: random.Random) -> tuple[list[str], int]:
     """The rollout ids, and how many prompt ids the calls sent."""
     rollout_ids: list[str] = []
@@ -40,38 +95,7 @@ def fill_store(store: Store, n_tasks: int, rng: random.Random) -> tuple[list[str
             for seq in range(CALLS_PER_ROLLOUT):
                 response = [rng.randrange(50_000) for _ in range(40)]
                 sent += len(prompt)
-                futures.append(
-                    store.add_llm_call(
-                        LLMCall(
-                            id=f"llm-{claim.attempt.id}-{seq}",
-                            rollout_id=claim.rollout.id,
-                            attempt_id=claim.attempt.id,
-                            seq=seq,
-                            agent_name="solver",
-                            attribution=Attribution.scope,
-                            trace_id=None,
-                            parent_span_id=None,
-                            model_requested="m",
-                            model="m",
-                            model_version=1,
-                            request={"messages": [{"role": "user"}]},
-                            response_message={"role": "assistant", "content": "x"},
-                            prompt_ids=prompt,
-                            response_ids=response,
-                            logprobs=[-0.5] * len(response),
-                            finish_reason="stop",
-                            stream=False,
-                            status="ok",
-                            http_status=200,
-                            error=None,
-                            started_at=0.0,
-                            latency_s=0.01,
-                            usage={},
-                            trainable=True,
-                            not_trainable_reason=None,
-                        )
-                    )
-                )
+                futures.append(store.add_llm_call(_call(claim.rollout.id, claim.attempt.id, seq, prompt, response)))
                 prompt = prompt + response + [rng.randrange(50_000) for _ in range(20)]
             futures.append(
                 store.add_rewards(
@@ -114,14 +138,12 @@ def fetch_only(store: Store, rollout_ids: list[str]) -> float:
 def main(n_tasks: int = 250, repeats: int = 3) -> dict[str, Any]:
     rng = random.Random(0)
     rows: dict[str, Any] = {"rollouts": n_tasks * GROUP, "LLM calls": n_tasks * GROUP * CALLS_PER_ROLLOUT}
+    calls_per_s, completions_per_s = write_rates()
+    rows["writing: LLM calls stored/s (8-turn chats, sent one by one)"] = calls_per_s
+    rows["writing: attempts completed/s (each packed for the training read)"] = completions_per_s
     with tempfile.TemporaryDirectory(prefix="agl-bench-credit-") as tmp, Store(Path(tmp)) as store:
-        t0 = time.perf_counter()
         ids, sent_prompt_ids = fill_store(store, n_tasks, rng)
         n_calls = len(ids) * CALLS_PER_ROLLOUT
-        # one writer, calls sent one by one as the proxy sends them, each attempt completed (and packed) at its end
-        rows["writing the store (claims, calls, rewards, completions): LLM calls/s"] = n_calls / (
-            time.perf_counter() - t0
-        )
         # what the store keeps of the prompts: each turn's prompt repeats the chat so far (agl.store.prompt_bases);
         # the packs for the training read (agl.store.attempt_packs) are a second copy of each attempt's ids
         with sqlite3.connect(store.path) as conn:
