@@ -195,3 +195,28 @@ def test_an_attempt_holding_ids_as_json_text_gets_no_pack(store: Store) -> None:
     (found,) = store.trainable_rollouts([rollout_id])
     assert list(found.llm_calls[1].response_ids or []) == [1, 2]
     assert list(found.llm_calls[1].logprobs or []) == [-0.5, -0.25]
+
+
+def test_a_late_call_whose_repack_fails_is_not_stored(store: Store, monkeypatch: pytest.MonkeyPatch) -> None:
+    import agl.store.records as records
+
+    rollout_id, attempt_id = _attempt(store)
+    _chat(store, rollout_id, attempt_id, random.Random(8), 2)
+    store.complete(attempt_id, "succeeded", reward=1.0).result()
+
+    def broken(conn: sqlite3.Connection, attempt_id: str) -> None:
+        raise RuntimeError("disk full")
+
+    monkeypatch.setattr(records, "repack_if_packed", broken)
+    with pytest.raises(RuntimeError, match="disk full"):
+        store.add_llm_call(llm_call(rollout_id, attempt_id, 2, [1, 2], [3])).result()
+
+    # neither the call nor a changed pack: the pack still matches the rows, and the writer goes on
+    (found,) = store.trainable_rollouts([rollout_id])
+    assert [c.seq for c in found.llm_calls] == [0, 1]
+    assert _seen([found]) == _from_rows(store, [rollout_id])
+    store.add_rewards(
+        [RewardIn(rollout_id=rollout_id, attempt_id=attempt_id, value=0.5, name="air", source=RewardSource.automatic)]
+    ).result()
+    (found,) = store.trainable_rollouts([rollout_id])
+    assert sorted(w.name for w in found.rewards) == ["air", "final"]
