@@ -10,6 +10,7 @@ from agl.schema import (
     Attempt,
     AttemptStatus,
     Attribution,
+    EnqueueRequest,
     LLMCall,
     Reward,
     RewardSource,
@@ -19,7 +20,9 @@ from agl.schema import (
     Span,
     SpanStatus,
     Task,
+    TaskIn,
 )
+from agl.store import Store
 
 _ids = itertools.count()
 
@@ -169,6 +172,13 @@ def detail(run: Run) -> RolloutDetail:
     ]
     task = Task(id=run.task_id, input="q", metadata={}, created_at=0.0)
     return RolloutDetail(rollout=rollout, task=task, attempts=[attempt], spans=spans, llm_calls=calls, rewards=rewards)
+
+
+def attempt(store: Store, max_attempts: int = 1) -> tuple[str, str]:
+    """(rollout id, attempt id) of a new rollout's running attempt."""
+    (rollout,) = store.enqueue(EnqueueRequest(task=TaskIn(input="x"), max_attempts=max_attempts)).result()
+    (claim,) = store.claim("w", 1, 60).result()
+    return rollout.id, claim.attempt.id
 
 
 def llm_call(

@@ -10,24 +10,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from factories import llm_call
+from factories import attempt, llm_call
 
-from agl.schema import Attribution, EnqueueRequest, RewardIn, RewardSource, TaskIn
+from agl.schema import Attribution, RewardIn, RewardSource
 from agl.store import Store
 from agl.trainable import TrainableRollout
-
-
-@pytest.fixture
-def store(tmp_path: Path) -> Store:
-    s = Store(tmp_path)
-    yield s
-    s.close()
-
-
-def _attempt(store: Store) -> tuple[str, str]:
-    (rollout,) = store.enqueue(EnqueueRequest(task=TaskIn(input="x"), max_attempts=2)).result()
-    (claim,) = store.claim("w", 1, 60).result()
-    return rollout.id, claim.attempt.id
 
 
 def _packed(store: Store) -> set[str]:
@@ -77,7 +64,7 @@ def test_the_read_of_packed_attempts_gives_what_their_rows_give(store: Store) ->
     rng = random.Random(3)
     ids, finals = [], []
     # a chat whose prompts are stored against earlier ones, with a call of no ids and one without log-probs
-    rollout_id, attempt_id = _attempt(store)
+    rollout_id, attempt_id = attempt(store, max_attempts=2)
     _chat(store, rollout_id, attempt_id, rng, 4)
     store.add_llm_call(
         llm_call(rollout_id, attempt_id, 4, None, None, trainable=False, not_trainable_reason="no ids")
@@ -99,7 +86,7 @@ def test_the_read_of_packed_attempts_gives_what_their_rows_give(store: Store) ->
     ids.append(rollout_id)
     finals.append(attempt_id)
     # a rollout whose first attempt failed: only the second is final, and only it is packed
-    rollout_id, first = _attempt(store)
+    rollout_id, first = attempt(store, max_attempts=2)
     _chat(store, rollout_id, first, rng, 2)
     store.complete(first, "failed", error="boom").result()
     (claim,) = store.claim("w", 1, 60).result()
@@ -108,7 +95,7 @@ def test_the_read_of_packed_attempts_gives_what_their_rows_give(store: Store) ->
     ids.append(rollout_id)
     finals.append(claim.attempt.id)
     # a succeeded attempt without a single call
-    rollout_id, attempt_id = _attempt(store)
+    rollout_id, attempt_id = attempt(store, max_attempts=2)
     store.complete(attempt_id, "succeeded", reward=0.0).result()
     ids.append(rollout_id)
     finals.append(attempt_id)
@@ -122,7 +109,7 @@ def test_the_read_of_packed_attempts_gives_what_their_rows_give(store: Store) ->
 
 
 def test_what_reaches_a_succeeded_attempt_later_is_packed_with_it(store: Store) -> None:
-    rollout_id, attempt_id = _attempt(store)
+    rollout_id, attempt_id = attempt(store, max_attempts=2)
     _chat(store, rollout_id, attempt_id, random.Random(4), 2)
     store.add_llm_call(llm_call(rollout_id, attempt_id, 2, [7, 8], [9], attribution=Attribution.unhooked)).result()
     store.complete(attempt_id, "succeeded", reward=1.0).result()
@@ -160,7 +147,7 @@ def test_what_reaches_a_succeeded_attempt_later_is_packed_with_it(store: Store) 
 
 def test_attempts_without_a_pack_are_read_from_their_rows(store: Store, tmp_path: Path) -> None:
     rng = random.Random(6)
-    old_rollout, old_attempt = _attempt(store)
+    old_rollout, old_attempt = attempt(store, max_attempts=2)
     _chat(store, old_rollout, old_attempt, rng, 3)
     store.complete(old_attempt, "succeeded", reward=1.0).result()
     expected = _seen(store.trainable_rollouts([old_rollout]))
@@ -173,7 +160,7 @@ def test_attempts_without_a_pack_are_read_from_their_rows(store: Store, tmp_path
     reopened = Store(tmp_path)
     try:
         assert _packed(reopened) == set()
-        new_rollout, new_attempt = _attempt(reopened)
+        new_rollout, new_attempt = attempt(reopened, max_attempts=2)
         _chat(reopened, new_rollout, new_attempt, rng, 2)
         reopened.complete(new_attempt, "succeeded", reward=0.0).result()
         assert _packed(reopened) == {new_attempt}
@@ -185,7 +172,7 @@ def test_attempts_without_a_pack_are_read_from_their_rows(store: Store, tmp_path
 
 
 def test_an_attempt_holding_ids_as_json_text_gets_no_pack(store: Store) -> None:
-    rollout_id, attempt_id = _attempt(store)
+    rollout_id, attempt_id = attempt(store, max_attempts=2)
     _chat(store, rollout_id, attempt_id, random.Random(7), 2)
     with sqlite3.connect(store.path) as conn:  # as a call written before schema 4 holds them
         conn.execute("UPDATE llm_calls SET response_ids='[1, 2]', logprobs='[-0.5, -0.25]' WHERE seq=1")
@@ -200,7 +187,7 @@ def test_an_attempt_holding_ids_as_json_text_gets_no_pack(store: Store) -> None:
 def test_a_late_call_whose_repack_fails_is_not_stored(store: Store, monkeypatch: pytest.MonkeyPatch) -> None:
     import agl.store.records as records
 
-    rollout_id, attempt_id = _attempt(store)
+    rollout_id, attempt_id = attempt(store, max_attempts=2)
     _chat(store, rollout_id, attempt_id, random.Random(8), 2)
     store.complete(attempt_id, "succeeded", reward=1.0).result()
 

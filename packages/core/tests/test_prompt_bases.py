@@ -9,9 +9,8 @@ import sqlite3
 from pathlib import Path
 
 import pytest
-from factories import llm_call
+from factories import attempt, llm_call
 
-from agl.schema import EnqueueRequest, TaskIn
 from agl.store import Store
 from agl.store.prompt_bases import PromptBases
 
@@ -25,19 +24,6 @@ def _chat(rng: random.Random, turns: int) -> list[tuple[list[int], list[int]]]:
         out.append((prompt, response))
         prompt = prompt + response + [rng.randrange(50_000) for _ in range(15)]
     return out
-
-
-@pytest.fixture
-def store(tmp_path: Path) -> Store:
-    s = Store(tmp_path)
-    yield s
-    s.close()
-
-
-def _attempt(store: Store) -> tuple[str, str]:
-    (rollout,) = store.enqueue(EnqueueRequest(task=TaskIn(input="x"))).result()
-    (claim,) = store.claim("w", 1, 60).result()
-    return rollout.id, claim.attempt.id
 
 
 def _stored(store: Store, attempt_id: str) -> list[tuple[int, int, int | None, int | None]]:
@@ -67,7 +53,7 @@ def _every_read(store: Store, rollout_id: str) -> list[list[tuple[list[int] | No
 
 
 def test_a_multi_turn_chat_is_stored_as_what_each_turn_adds_and_read_back_whole(store: Store) -> None:
-    rollout_id, attempt_id = _attempt(store)
+    rollout_id, attempt_id = attempt(store)
     chat = _chat(random.Random(1), 6)
     for seq, (prompt, response) in enumerate(chat):
         store.add_llm_call(llm_call(rollout_id, attempt_id, seq, prompt, response)).result()
@@ -87,7 +73,7 @@ def test_a_multi_turn_chat_is_stored_as_what_each_turn_adds_and_read_back_whole(
 
 
 def test_a_call_sharing_less_than_half_is_stored_whole_and_bases_the_calls_after_it(store: Store) -> None:
-    rollout_id, attempt_id = _attempt(store)
+    rollout_id, attempt_id = attempt(store)
     rng = random.Random(2)
     first, second = _chat(rng, 2)
     other = [rng.randrange(50_000) for _ in range(50)]
@@ -120,7 +106,7 @@ def test_a_call_sharing_less_than_half_is_stored_whole_and_bases_the_calls_after
 
 def test_calls_stored_out_of_order_are_read_back_whole(store: Store) -> None:
     """Concurrent calls of one attempt may be stored in any order: a base is an earlier seq stored whole."""
-    rollout_id, attempt_id = _attempt(store)
+    rollout_id, attempt_id = attempt(store)
     chat = _chat(random.Random(3), 4)
     for seq in (0, 2, 1, 3):
         store.add_llm_call(llm_call(rollout_id, attempt_id, seq, *chat[seq])).result()
@@ -134,7 +120,7 @@ def test_calls_stored_out_of_order_are_read_back_whole(store: Store) -> None:
 
 def test_calls_of_a_store_from_schema_5_stay_whole_and_base_new_calls(tmp_path: Path) -> None:
     s = Store(tmp_path)
-    rollout_id, attempt_id = _attempt(s)
+    rollout_id, attempt_id = attempt(s)
     chat = _chat(random.Random(4), 3)
     s.add_llm_call(llm_call(rollout_id, attempt_id, 0, *chat[0])).result()
     s.close()

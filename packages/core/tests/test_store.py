@@ -20,13 +20,6 @@ from agl.schema import (
 from agl.store import ConflictError, NotFoundError, Store
 
 
-@pytest.fixture
-def store(tmp_path: Path) -> Store:
-    s = Store(tmp_path)
-    yield s
-    s.close()
-
-
 def enqueue(store: Store, n: int = 1, **kw: object) -> list[str]:
     rollouts = store.enqueue(EnqueueRequest(task=TaskIn(input={"q": "1+1"}), n=n, **kw)).result()
     return [r.id for r in rollouts]

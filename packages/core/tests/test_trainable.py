@@ -6,7 +6,6 @@ from __future__ import annotations
 import gc
 import sqlite3
 from array import array
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -37,13 +36,6 @@ def _tool_span(rollout_id: str, attempt_id: str, n: int, status: SpanStatus, aft
         attempt_id=attempt_id,
         agent_name="solver",
     )
-
-
-@pytest.fixture
-def store(tmp_path: Path) -> Store:
-    s = Store(tmp_path)
-    yield s
-    s.close()
 
 
 def _fill(store: Store) -> list[str]:
