@@ -22,31 +22,16 @@ from typing import Any
 import orjson
 
 from agl.packed import BIG_ENDIAN, FLOAT64, INT32
-from agl.schema import Attribution, Reward, RewardSource
-from agl.store.rows import trusted
-from agl.store.schema import REWARD_COLUMNS, columns
-from agl.trainable import TrainableCall
+from agl.schema import Reward
+from agl.store.rows import ATTRIBUTIONS, REWARD_SOURCES, trusted
+from agl.store.schema import PROMPT_BASE_COLUMNS, REWARD_COLUMNS, columns
+from agl.trainable import CALL_COLUMNS, TrainableCall
 
 _ID_BYTES, _FLOAT_BYTES = 4, 8  # agl.packed's int32 and float64
-# the call columns a pack keeps, in order; then the counts of its ids in the pack's BLOBs (None: no such list)
-_CALL_COLUMNS = (
-    "id",
-    "seq",
-    "agent_name",
-    "agent_key",
-    "attribution",
-    "status",
-    "trainable",
-    "not_trainable_reason",
-    "model_version",
-    "temperature",
-    "started_at",
-    "latency_s",
-    "response_message",
-    "prompt_base_seq",
-    "prompt_base_len",
-)
 _BLOBS = ("prompt_ids", "response_ids", "logprobs")
+# the call columns a pack keeps: the training read's (agl.trainable), less the two ids the pack is keyed by and
+# the BLOBs, then how the prompt is stored; after them come the counts of the call's ids in the pack's BLOBs
+_CALL_COLUMNS = tuple(c for c in CALL_COLUMNS if c not in ("rollout_id", "attempt_id", *_BLOBS)) + PROMPT_BASE_COLUMNS
 _SELECT_CALLS = f"SELECT {columns(_CALL_COLUMNS + _BLOBS)} FROM llm_calls WHERE attempt_id=? ORDER BY seq"
 _METADATA = REWARD_COLUMNS.index("metadata")
 _SELECT_REWARDS = (
@@ -57,9 +42,6 @@ _UPSERT = (
     " VALUES (?, ?, ?, ?, ?, ?)"
 )
 _N = len(_CALL_COLUMNS)
-# value → member; a dict lookup costs a fraction of calling the enum
-_ATTRIBUTION = {m.value: m for m in Attribution}
-_SOURCE = {m.value: m for m in RewardSource}
 
 
 def pack(conn: sqlite3.Connection, attempt_id: str, rollout_id: str) -> None:
@@ -164,7 +146,7 @@ def unpack_calls(rollout_id: str, attempt_id: str, calls: bytes, ids: bytes, log
                 seq,
                 agent_name,
                 agent_key,
-                _ATTRIBUTION[attribution],
+                ATTRIBUTIONS[attribution],
                 status,
                 trainable != 0,
                 not_trainable_reason,
@@ -185,6 +167,6 @@ def unpack_rewards(rewards: bytes) -> list[Reward]:
     """The pack's rewards, in the order the rows are read (time, then id)."""
     out: list[Reward] = []
     for d in orjson.loads(rewards):
-        d["source"] = _SOURCE[d["source"]]
+        d["source"] = REWARD_SOURCES[d["source"]]
         out.append(trusted(Reward, d))
     return out

@@ -72,8 +72,8 @@ def trusted(cls: type[M], values: dict[str, Any]) -> M:
 # value → member; a dict lookup costs a fraction of calling the enum
 _ROLLOUT_STATUS = {m.value: m for m in RolloutStatus}
 _ATTEMPT_STATUS = {m.value: m for m in AttemptStatus}
-_ATTRIBUTION = {m.value: m for m in Attribution}
-_REWARD_SOURCE = {m.value: m for m in RewardSource}
+ATTRIBUTIONS = {m.value: m for m in Attribution}
+REWARD_SOURCES = {m.value: m for m in RewardSource}
 _SPAN_STATUS = {m.value: m for m in SpanStatus}
 _BASE_SEQ = len(LLM_CALL_COLUMNS)  # where a call row's PROMPT_BASE_COLUMNS begin
 
@@ -110,7 +110,7 @@ def span(row: Row) -> Span:
 
 def reward(row: Row) -> Reward:
     d = dict(zip(REWARD_COLUMNS, row, strict=True))
-    d["source"] = _REWARD_SOURCE[d["source"]]
+    d["source"] = REWARD_SOURCES[d["source"]]
     d["metadata"] = loads(d["metadata"])
     return trusted(Reward, d)
 
@@ -132,7 +132,7 @@ def llm_call_reader() -> Callable[[Row], LLMCall]:
     def read(row: Row) -> LLMCall:
         d = dict(zip(LLM_CALL_COLUMNS, row[:_BASE_SEQ], strict=True))
         prompt = bases.whole(d["attempt_id"], d["seq"], d["prompt_ids"], d["response_ids"], *row[_BASE_SEQ:])
-        d["attribution"] = _ATTRIBUTION[d["attribution"]]
+        d["attribution"] = ATTRIBUTIONS[d["attribution"]]
         d["request"] = loads(d["request"])
         d["response_message"] = loads(d["response_message"])
         d["prompt_ids"], d["response_ids"] = ids.decode(prompt, d["response_ids"])
