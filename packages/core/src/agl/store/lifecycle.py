@@ -308,6 +308,7 @@ def add_rewards(conn: sqlite3.Connection, rewards: Sequence[RewardIn]) -> int:
     """Store rewards; all or none (the caller's savepoint undoes a partial batch). The agent's own rewards
     (explicit, returned) are accepted only while its attempt may still report; rewards computed afterwards from
     the trace (automatic, AIR) at any time."""
+    succeeded: set[str] = set()  # attempts that may have a pack to write again (agl.store.attempt_packs)
     for r in rewards:
         att = conn.execute("SELECT id, rollout_id, status FROM attempts WHERE id=?", (r.attempt_id,)).fetchone()
         if att is None or att["rollout_id"] != r.rollout_id:
@@ -317,6 +318,8 @@ def add_rewards(conn: sqlite3.Connection, rewards: Sequence[RewardIn]) -> int:
                 continue  # a re-sent reward that was stored before the attempt ended
             raise ConflictError(f"attempt {r.attempt_id} is {att['status']}: it can no longer report rewards")
         insert_reward(conn, r)
-    for attempt_id in {r.attempt_id for r in rewards}:
-        repack_if_packed(conn, attempt_id)  # rewards computed after the attempt succeeded (AIR)
+        if att["status"] == AttemptStatus.succeeded.value:
+            succeeded.add(r.attempt_id)
+    for attempt_id in succeeded:  # rewards computed after the attempt succeeded (AIR)
+        repack_if_packed(conn, attempt_id)
     return len(rewards)
