@@ -61,8 +61,8 @@ def insert_spans(conn: sqlite3.Connection, values: Sequence[tuple[Any, ...]]) ->
 def insert_llm_call(conn: sqlite3.Connection, values: tuple[Any, ...]) -> None:
     """Store one call (`rows.llm_call_values`); a trainable call whose attempt has already ended is kept, marked
     not trainable, and packed again with its attempt if that has a pack. Its prompt is stored against an earlier
-    call's where it extends one (agl.store.prompt_bases). While its attempt runs it is one write statement: the
-    writer runs it without a savepoint."""
+    call's where it extends one (agl.store.prompt_bases). Unless its attempt succeeded it is one write statement:
+    the writer runs it without a savepoint."""
     row = conn.execute("SELECT status FROM attempts WHERE id=?", (values[_ATTEMPT_ID],)).fetchone()
     ended = row is not None and row["status"] != AttemptStatus.running.value
     if ended and values[_TRAINABLE]:
@@ -75,7 +75,7 @@ def insert_llm_call(conn: sqlite3.Connection, values: tuple[Any, ...]) -> None:
         )
     prompt, base_seq, base_len = against_base(conn, values[_ATTEMPT_ID], values[_SEQ], values[_PROMPT_IDS])
     args = (*values[:_PROMPT_IDS], prompt, *values[_PROMPT_IDS + 1 :], base_seq, base_len)
-    if not ended:
+    if row is None or row["status"] != AttemptStatus.succeeded.value:  # only a succeeded attempt has a pack
         conn.execute(_INSERT_LLM_CALL, args)
         return
     # a call of a succeeded attempt is packed again with it (agl.store.attempt_packs): both or neither, and the
