@@ -6,7 +6,10 @@ import asyncio
 import contextlib
 import ipaddress
 import logging
+import os
 import re
+import signal
+import time
 from collections.abc import AsyncIterator, Callable, Sequence
 from concurrent.futures import Future
 from dataclasses import dataclass, field
@@ -44,6 +47,7 @@ from agl.server.credentials import attempt_credential
 from agl.server.errors import describe_validation, document_errors, error_response, unknown_llm_route
 from agl.server.fixed_url import FixedUrlMiddleware
 from agl.server.middleware import (
+    HEALTH_PATH,
     BearerTokenMiddleware,
     BodySizeLimitMiddleware,
     BrowserGuardMiddleware,
@@ -52,7 +56,7 @@ from agl.server.middleware import (
 )
 from agl.server.otlp import otlp_success_response, parse_otlp_traces
 from agl.server.proxy import LLMProxy, UpstreamConfig
-from agl.store import ConflictError, NotFoundError, Store
+from agl.store import ConflictError, NotFoundError, Store, StoreUnavailable
 from agl.tracing import attributes as attr
 from agl.trainable import to_wire
 
@@ -73,6 +77,8 @@ class ServerSettings:
     sweep_interval_s: float = 1.0
     # Host names the server answers to besides localhost, loopback addresses and the bound address
     allowed_hosts: tuple[str, ...] = ()
+    # how long /healthz waits for a write to go through before it answers 503
+    health_timeout_s: float = 5.0
 
 
 _LOOPBACK_NAMES = frozenset({"localhost", "127.0.0.1", "::1"})
@@ -142,15 +148,42 @@ class ProxyFastPath:
 class Server:
     """The app and its state; `build_app()` returns the ASGI app with the guards in front."""
 
-    def __init__(self, settings: ServerSettings, store: Store | None = None) -> None:
+    def __init__(
+        self,
+        settings: ServerSettings,
+        store: Store | None = None,
+        on_fatal: Callable[[BaseException], None] | None = None,
+    ) -> None:
         check_bind(settings)
         self.settings = settings
-        self.store = store or Store(settings.run_dir)
+        self.on_fatal = on_fatal
+        self.store = store or Store(settings.run_dir, on_writer_death=self._writer_died)
+        if store is not None and store.writer.on_death is None:
+            store.writer.on_death = self._writer_died
         self.proxy = LLMProxy(self.store, settings.upstream, settings.served_model)
         self._work_event: asyncio.Event | None = None
         self.app = self._build_fastapi()
 
     # ---------------------------------------------------------------------------------- helpers
+
+    def _writer_died(self, exc: BaseException) -> None:
+        """Called from the writer's thread as it ends: every write would fail from now on, so the server says so
+        loudly and stops (health answers 503 meanwhile) rather than answering reads while refusing all work."""
+        log.critical("agl serve cannot write to its store any more (%s: %s): stopping", type(exc).__name__, exc)
+        if self.on_fatal is not None:
+            self.on_fatal(exc)
+
+    async def health(self) -> tuple[int, dict[str, Any]]:
+        """(status, body) of `/healthz`: 200 once a write has gone through the writer, 503 if none can."""
+        started = time.monotonic()
+        try:
+            await asyncio.wait_for(self._await(self.store.ping()), self.settings.health_timeout_s)
+        except asyncio.TimeoutError:
+            why = f"the store took no write within {self.settings.health_timeout_s:g} s"
+            return 503, {"status": "unavailable", "store": why}
+        except Exception as exc:
+            return 503, {"status": "unavailable", "store": f"{type(exc).__name__}: {exc}"}
+        return 200, {"status": "ok", "store": "writable", "write_ms": round((time.monotonic() - started) * 1e3, 2)}
 
     async def _await(self, fut: Future[T]) -> T:
         return await asyncio.wrap_future(fut)
@@ -210,6 +243,10 @@ class Server:
         async def _not_found(_: Request, exc: NotFoundError) -> JSONResponse:
             return error_response(404, str(exc), "not_found")
 
+        @app.exception_handler(StoreUnavailable)
+        async def _unavailable(_: Request, exc: StoreUnavailable) -> JSONResponse:
+            return error_response(503, str(exc), "server_error")
+
         @app.exception_handler(ConflictError)
         async def _conflict(_: Request, exc: ConflictError) -> JSONResponse:
             return error_response(409, str(exc), "conflict")
@@ -222,10 +259,18 @@ class Server:
         async def _forbidden(_: Request, exc: PermissionError) -> JSONResponse:
             return error_response(403, str(exc), "permission_error")
 
+        @app.api_route(HEALTH_PATH, methods=["GET", "HEAD"], tags=["server"])
+        async def healthz() -> JSONResponse:
+            """Whether the server can do its work: 200 when a write reaches the store now, else 503 with why.
+            Open without the token (it tells nothing else), for load balancers and supervisors."""
+            status, body = await self.health()
+            return JSONResponse(body, status_code=status)
+
         @app.get(f"{API}/info", tags=["server"])
         async def info() -> dict[str, Any]:
             return {
                 "version": __version__,
+                "store_writable": self.store.writer.alive,
                 "served_model": self.settings.served_model,
                 "upstream": self.settings.upstream.base_url,
                 "auth": bool(self.settings.token),
@@ -455,15 +500,24 @@ def serve(
     """Run the server in this process until interrupted; `on_ready` gets its URL once it is listening."""
     from agl import asgi
 
+    fatal: list[BaseException] = []
+
+    def stop_on_fatal(exc: BaseException) -> None:
+        fatal.append(exc)
+        os.kill(os.getpid(), signal.SIGTERM)  # uvicorn's own shutdown: open requests end, the store closes
+
     lock = lock_run_dir(settings.run_dir)  # held until this process exits
     try:
-        app = create_app(settings)
+        app = Server(settings, on_fatal=stop_on_fatal).build_app()
         sock = asgi.bind(settings.host, settings.port)  # connections wait in the backlog from here on
         if on_ready is not None:
             on_ready(asgi.url_of(sock))
         asgi.serve(app, sock, log_level=log_level)
     finally:
         lock.close()
+    if fatal:
+        exc = fatal[0]
+        raise SystemExit(f"agl serve stopped: its store could not take writes ({type(exc).__name__}: {exc})")
 
 
 def lock_run_dir(run_dir: Path) -> Any:

@@ -28,6 +28,7 @@ async def _reject(
 
 
 UI_PREFIX = "/ui"
+HEALTH_PATH = "/healthz"
 UI_COOKIE = "agl_ui"
 
 
@@ -56,6 +57,9 @@ class BearerTokenMiddleware:
 
     async def __call__(self, scope: Scope, receive: Any, send: Any) -> None:
         if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        if scope["path"] == HEALTH_PATH:  # open to load balancers; it answers nothing but healthy or not
             await self.app(scope, receive, send)
             return
         if _is_ui(scope["path"]) and await self._ui(scope, receive, send):

@@ -20,7 +20,7 @@ from typing import Any
 
 import aiohttp
 import orjson
-from starlette.requests import Request
+from starlette.requests import ClientDisconnect, Request
 from starlette.responses import Response, StreamingResponse
 
 from agl import protocol
@@ -35,6 +35,7 @@ log = logging.getLogger(__name__)
 TOKEN_ID_PARAM = "return_token_ids"
 MODE_HEADER = protocol.HEADER_ROLLOUT_MODE
 UPSTREAM_ERRORS = (aiohttp.ClientError, asyncio.TimeoutError, OSError)
+ABANDONED_STREAM = "the agent hung up before the whole streamed answer reached it"
 
 
 @dataclass
@@ -308,8 +309,8 @@ class LLMProxy:
             if isinstance(parsed, dict) and "error" in parsed:
                 return Response(content, status_code=resp.status, media_type="application/json", headers=seq_header)
             return openai_error(resp.status, f"LLM backend answered {resp.status}: {rec.error}", "upstream_error")
-        return StreamingResponse(
-            self._relay(resp, rec), status_code=resp.status, media_type="text/event-stream", headers=seq_header
+        return RelayResponse(
+            self._relay(resp, rec), rec, status_code=resp.status, media_type="text/event-stream", headers=seq_header
         )
 
     async def _relay(self, resp: aiohttp.ClientResponse, rec: CallRecord) -> AsyncIterator[bytes]:
@@ -336,7 +337,9 @@ class LLMProxy:
             if rec.strip_logprobs and buffer:
                 yield buffer
         except BaseException as exc:
-            if not stored:
+            if rec.abandoned:
+                rec.http_status, rec.error = 499, ABANDONED_STREAM
+            elif not stored:
                 rec.error = f"stream interrupted: {type(exc).__name__}: {exc}".rstrip(": ")
             raise
         finally:
@@ -345,6 +348,12 @@ class LLMProxy:
                 if rec.error is None:
                     rec.error = "the backend closed the stream without [DONE]"
                 self._store(rec, stream=True)
+            elif rec.abandoned:
+                # stored as answered (committed before the last bytes went out), but the agent left first
+                try:
+                    self.store.mark_llm_call_abandoned(rec.attempt_id, rec.seq, f"abandoned: {ABANDONED_STREAM}")
+                except Exception:
+                    log.exception("could not mark LLM call %s/%s abandoned", rec.attempt_id, rec.seq)
 
     @staticmethod
     def _take_event(event: bytes, rec: CallRecord) -> bool:
@@ -365,6 +374,37 @@ class LLMProxy:
                     rec.error = _error_message(chunk, data, 200)
                 rec.take_chunk(chunk)
         return done
+
+
+class RelayResponse(StreamingResponse):
+    """A streamed answer that notes on its call's record when the agent hung up before the stream ended.
+
+    Starlette stops a stream whose client left by cancelling it; which await the cancellation lands on (the
+    backend's next bytes, the store's commit, a send) says nothing about what the agent received. What does is
+    whether the disconnect came before the stream was handed over whole: then the agent did not act on this
+    answer, and the call is stored as abandoned, not trainable."""
+
+    def __init__(self, content: AsyncIterator[bytes], rec: CallRecord, **kwargs: Any) -> None:
+        super().__init__(content, **kwargs)
+        self.rec = rec
+
+    async def listen_for_disconnect(self, receive: Any) -> None:
+        await super().listen_for_disconnect(receive)
+        self.rec.abandoned = True  # before Starlette cancels the stream, so the relay sees it
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        try:
+            await super().__call__(scope, receive, send)
+        except ClientDisconnect:  # ASGI 2.4 servers report the hang-up as a failed send instead
+            self.rec.abandoned = True
+            raise
+        finally:
+            # a cancelled `async for` leaves the relay suspended; close it now, not whenever it is collected, so
+            # the call is stored (or marked) while the request is still being answered
+            aclose = getattr(self.body_iterator, "aclose", None)
+            if aclose is not None:
+                with contextlib.suppress(BaseException):
+                    await aclose()
 
 
 async def _hung_up(request: Request) -> None:

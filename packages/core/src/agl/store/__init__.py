@@ -6,9 +6,9 @@ values are written into columns), `rows` (records ↔ rows), `writer` (the group
 `store` (the `Store` facade over all of them).
 """
 
-from agl.store.errors import ConflictError, NotFoundError, StoreError
+from agl.store.errors import ConflictError, NotFoundError, StoreError, StoreUnavailable
 from agl.store.ids import new_id
 from agl.store.schema import DB_FILENAME
 from agl.store.store import Store
 
-__all__ = ["Store", "StoreError", "NotFoundError", "ConflictError", "DB_FILENAME", "new_id"]
+__all__ = ["Store", "StoreError", "NotFoundError", "ConflictError", "StoreUnavailable", "DB_FILENAME", "new_id"]

@@ -11,3 +11,7 @@ class NotFoundError(StoreError):
 
 class ConflictError(StoreError):
     """A request that contradicts what is stored, e.g. a report from a superseded attempt (HTTP 409)."""
+
+
+class StoreUnavailable(StoreError):
+    """The store cannot take writes now (its writer thread has stopped): HTTP 503, and the server exits."""

@@ -44,7 +44,13 @@ T = TypeVar("T")
 class Store:
     """Durable store of one run. Thread-safe; writes return futures that resolve once committed."""
 
-    def __init__(self, path: str | Path, *, max_batch: int = 1024) -> None:
+    def __init__(
+        self,
+        path: str | Path,
+        *,
+        max_batch: int = 1024,
+        on_writer_death: Callable[[BaseException], None] | None = None,
+    ) -> None:
         path = Path(path)
         if path.is_dir() or path.suffix == "":
             path.mkdir(parents=True, exist_ok=True)
@@ -62,7 +68,7 @@ class Store:
         except BaseException:
             conn.close()
             raise
-        self._writer = Writer(conn, max_batch=max_batch)
+        self._writer = Writer(conn, max_batch=max_batch, on_death=on_writer_death)
 
     # ------------------------------------------------------------------------------------ plumbing
 
@@ -79,6 +85,15 @@ class Store:
 
     def close(self) -> None:
         self._writer.close()
+
+    @property
+    def writer(self) -> Writer:
+        return self._writer
+
+    def ping(self) -> Future[None]:
+        """A write that changes nothing: it resolves once the writer has committed a transaction, so a caller
+        that waits for it (with a timeout) knows the store accepts writes now."""
+        return self.submit(lambda conn: None, single_statement=True)
 
     def __enter__(self) -> Store:
         return self
@@ -201,6 +216,10 @@ class Store:
     def add_llm_call(self, call: LLMCall) -> Future[None]:
         values = rows.llm_call_values(call)  # encoded here, in the caller's thread: the writer's time is scarcer
         return self.submit(lambda conn: records.insert_llm_call(conn, values), single_statement=True)
+
+    def mark_llm_call_abandoned(self, attempt_id: str, seq: int, reason: str) -> Future[bool]:
+        """See `records.mark_llm_call_abandoned`; queued after the call's own insert, so it always finds it."""
+        return self.submit(lambda conn: records.mark_llm_call_abandoned(conn, attempt_id, seq, reason))
 
     def publish_model_version(self, mv: ModelVersionIn) -> Future[ModelVersion]:
         return self.submit(lambda conn: records.insert_model_version(conn, mv, time.time()))

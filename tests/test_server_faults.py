@@ -1,0 +1,169 @@
+"""The server under the faults of issue #27, each against a real `agl serve` process.
+
+1. A streamed call whose agent stops reading and hangs up: the store's writer survives it, the call is stored as
+   abandoned (not trainable), and a writer that dies anyway makes the server unhealthy and exit loudly.
+"""
+
+from __future__ import annotations
+
+import json
+import socket
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+from agl.client import API, Client
+from agl.processes import ServerProcess, read_ready_line, start_server
+from agl.schema import RewardIn, SpanIn
+from tests.conftest import wait_until
+
+
+def claim(server: ServerProcess) -> dict[str, Any]:
+    with Client(server.url) as client:
+        client.enqueue("q")
+    (found,) = httpx.post(f"{server.url}{API}/claims", json={"worker_id": "w"}).json()
+    return dict(found)
+
+
+def proxy_path(c: dict[str, Any]) -> str:
+    return f"/rollout/{c['rollout']['id']}/attempt/{c['attempt']['id']}/v1"
+
+
+def stalled_stream_then_hang_up(server: ServerProcess, c: dict[str, Any], words: int = 20_000) -> None:
+    """Open a streamed chat completion whose answer (the scripted upstream echoes the prompt) is megabytes long,
+    read none of it for a second, then close the connection: a slow consumer that gives up."""
+    body = json.dumps({"model": "m", "stream": True, "messages": [{"role": "user", "content": "hi " * words}]}).encode()
+    host, port = server.url.removeprefix("http://").rsplit(":", 1)
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)  # small, so the server's sends back up
+    sock.connect((host, int(port)))
+    head = (
+        f"POST {proxy_path(c)}/chat/completions HTTP/1.1\r\nhost: {host}:{port}\r\n"
+        f"content-type: application/json\r\ncontent-length: {len(body)}\r\n\r\n"
+    )
+    sock.sendall(head.encode() + body)
+    time.sleep(1.0)
+    sock.close()
+
+
+def health(url: str, timeout: float = 10.0) -> httpx.Response:
+    return httpx.get(f"{url}/healthz", timeout=timeout)
+
+
+# ---------------------------------------------------------------------- 1. the writer and hung-up streams
+
+
+def test_hung_up_streams_leave_the_writer_working_and_are_stored_abandoned(tmp_path: Path, upstream: str) -> None:
+    server = start_server(tmp_path / "run", upstream=upstream)
+    try:
+        abandoned: list[dict[str, Any]] = []
+        acknowledged: list[str] = []
+        for _ in range(5):
+            c = claim(server)
+            abandoned.append(c)
+            stalled_stream_then_hang_up(server, c)
+            # every kind of write still goes through, promptly
+            resp = httpx.post(f"{server.url}{API}/tasks", json={"input": "after"}, timeout=10)
+            assert resp.status_code == 201, resp.text
+            acknowledged.append(resp.json()["id"])
+            assert health(server.url).status_code == 200
+        with Client(server.url) as client:
+            for c in abandoned:
+                rid = c["rollout"]["id"]
+                wait_until(lambda rid=rid: bool(client.rollout_detail(rid).llm_calls), 30, "the abandoned call")
+                (call,) = client.rollout_detail(rid).llm_calls
+                assert not call.trainable and call.status == "error" and call.http_status == 499
+                assert "hung up" in (call.not_trainable_reason or "")
+            # claims, the proxy, spans, rewards and completions all work afterwards
+            c = claim(server)
+            url = f"{server.url}{proxy_path(c)}/chat/completions"
+            answer = httpx.post(url, json={"model": "m", "messages": [{"role": "user", "content": "hi"}]}, timeout=10)
+            assert answer.status_code == 200
+            rid, aid = c["rollout"]["id"], c["attempt"]["id"]
+            now = time.time()
+            span = SpanIn(trace_id="ab" * 16, span_id="cd" * 8, name="s", start_time=now, end_time=now, rollout_id=rid)
+            assert client.add_spans([span.model_copy(update={"attempt_id": aid})]) == 1
+            assert client.add_rewards([RewardIn(rollout_id=rid, attempt_id=aid, value=0.5, name="mid")]) == 1
+            done = httpx.post(f"{server.url}{API}/attempts/{aid}/complete", json={"status": "succeeded", "reward": 1})
+            assert done.status_code == 200 and done.json()["status"] == "succeeded"
+            (call,) = client.rollout_detail(c["rollout"]["id"]).llm_calls
+            assert call.trainable
+            for task_id in acknowledged:  # nothing acknowledged was lost
+                assert httpx.get(f"{server.url}{API}/tasks/{task_id}").json()["input"] == "after"
+    finally:
+        server.stop()
+
+
+def test_health_reports_a_writable_store(server: ServerProcess) -> None:
+    resp = health(server.url)
+    assert resp.status_code == 200 and resp.json()["store"] == "writable"
+    assert httpx.head(f"{server.url}/healthz").status_code == 200
+    assert httpx.get(f"{server.url}{API}/info").json()["store_writable"] is True
+
+
+# A server whose writer thread dies after its first few batches (as a bug in it would make it): the death is
+# simulated by a batch function that raises what the writer does not catch.
+_DYING_SERVER = textwrap.dedent(
+    """
+    import sys
+    import agl.store.writer as writer
+
+    class Boom(BaseException):
+        pass
+
+    real = writer.run_batch
+    batches = [0]
+    limit = int(sys.argv[1])
+
+    def run_batch(conn, batch):
+        batches[0] += 1
+        if batches[0] > limit:
+            raise Boom("simulated death of the writer thread")
+        real(conn, batch)
+
+    writer.run_batch = run_batch
+    from agl.cli.main import main
+    sys.argv = ["agl", "serve", *sys.argv[2:]]
+    main()
+    """
+)
+
+
+def test_a_dead_writer_makes_the_server_unhealthy_and_exit_loudly(tmp_path: Path) -> None:
+    args = [f"--run-dir={tmp_path / 'run'}", "--port=0", "--log-level=warning"]
+    proc = subprocess.Popen(
+        [sys.executable, "-c", _DYING_SERVER, "3", *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
+    try:
+        url = read_ready_line(proc, "AGL_SERVER_READY", 60)
+        statuses = []
+        t0 = time.monotonic()
+        for _ in range(50):  # the writes past the third batch find the writer dead: 503 with the reason, no hang
+            try:
+                resp = httpx.post(f"{url}{API}/tasks", json={"input": "x"}, timeout=10)
+            except httpx.TransportError:
+                break  # the server has already gone
+            statuses.append(resp.status_code)
+            if resp.status_code == 503:
+                assert "writer has stopped" in resp.json()["error"]["message"]
+                try:  # unhealthy while it shuts down, if it still answers at all
+                    assert health(url).status_code == 503
+                except httpx.TransportError:
+                    pass
+                break
+            time.sleep(0.1)
+        assert 503 in statuses or proc.poll() is not None
+        code = proc.wait(20)
+        assert code != 0
+        assert time.monotonic() - t0 < 20
+        stderr = proc.stderr.read() if proc.stderr else ""
+        assert "cannot write to its store any more" in stderr and "simulated death" in stderr
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(10)
