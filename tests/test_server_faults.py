@@ -2,6 +2,9 @@
 
 1. A streamed call whose agent stops reading and hangs up: the store's writer survives it, the call is stored as
    abandoned (not trainable), and a writer that dies anyway makes the server unhealthy and exit loudly.
+2. Request lines and headers are capped (431), in bounded memory.
+3. Connections that never finish their headers are closed (408), and at the connection cap the stalled ones make
+   room, so health keeps answering.
 """
 
 from __future__ import annotations
@@ -12,6 +15,7 @@ import subprocess
 import sys
 import textwrap
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -167,3 +171,82 @@ def test_a_dead_writer_makes_the_server_unhealthy_and_exit_loudly(tmp_path: Path
         if proc.poll() is None:
             proc.kill()
             proc.wait(10)
+
+
+# ---------------------------------------------------------------------- 2. header and URL size
+
+
+def peak_rss_mb(pid: int) -> float:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1]) / 1024
+    raise AssertionError("no VmHWM")
+
+
+def send_huge_header(url: str, megabytes: int) -> bytes:
+    """Send a request whose one header is `megabytes` long (or until the server closes); the server's answer."""
+    host, port = url.removeprefix("http://").rsplit(":", 1)
+    with socket.create_connection((host, int(port)), timeout=30) as sock:
+        sock.sendall(b"GET /api/v1/info HTTP/1.1\r\nhost: localhost\r\nx-big: ")
+        try:
+            for _ in range(megabytes):
+                sock.sendall(b"a" * (1 << 20))
+        except OSError:
+            pass  # closed on us: the point
+        try:
+            return sock.recv(200)
+        except OSError:
+            return b""
+
+
+def test_oversized_headers_and_urls_are_refused_with_431_in_bounded_memory(server: ServerProcess) -> None:
+    assert server.proc is not None
+    before = peak_rss_mb(server.proc.pid)
+    t0 = time.monotonic()
+    answer = send_huge_header(server.url, 256)
+    assert answer.startswith(b"HTTP/1.1 431"), answer
+    assert time.monotonic() - t0 < 10
+    with ThreadPoolExecutor(4) as pool:  # four at once, 48 MB each: all refused
+        answers = list(pool.map(lambda _: send_huge_header(server.url, 48), range(4)))
+    assert all(a.startswith(b"HTTP/1.1 431") for a in answers), answers
+    assert peak_rss_mb(server.proc.pid) - before < 50
+    host, port = server.url.removeprefix("http://").rsplit(":", 1)
+    with socket.create_connection((host, int(port)), timeout=10) as sock:  # httpx itself refuses such a URL
+        sock.sendall(f"GET {API}/info?pad={'x' * 100_000} HTTP/1.1\r\nhost: localhost\r\n\r\n".encode())
+        long_url = sock.recv(1000)
+    assert long_url.startswith(b"HTTP/1.1 431") and b"--max-header-kb" in long_url
+    # under the cap, headers and a body larger than the cap pass: only the head counts
+    ok = httpx.post(
+        f"{server.url}{API}/tasks", json={"input": "y" * 200_000}, headers={"x-pad": "p" * 50_000}, timeout=10
+    )
+    assert ok.status_code == 201
+    assert "over 65536 bytes" in server.log_path.read_text()
+
+
+# ---------------------------------------------------------------------- 3. slowloris
+
+
+def test_stalled_connections_are_closed_and_health_answers_at_the_connection_cap(tmp_path: Path) -> None:
+    server = start_server(tmp_path / "run", extra_args=["--max-connections=100", "--header-timeout=2"])
+    host, port = server.url.removeprefix("http://").rsplit(":", 1)
+    stalled: list[socket.socket] = []
+    try:
+        for _ in range(300):  # three times the cap, each stopping in the middle of its headers
+            sock = socket.create_connection((host, int(port)))
+            sock.sendall(b"GET /api/v1/info HTTP/1.1\r\nhost: loc")
+            stalled.append(sock)
+        t0 = time.monotonic()
+        resp = health(server.url)
+        assert resp.status_code == 200 and time.monotonic() - t0 < 2
+        time.sleep(2.5)  # past the header timeout, every one of them has been answered and closed
+        for sock in stalled:
+            sock.settimeout(2)
+            answer = sock.recv(200)
+            assert answer == b"" or answer.startswith((b"HTTP/1.1 408", b"HTTP/1.1 503")), answer
+        assert httpx.get(f"{server.url}{API}/info").status_code == 200
+        logged = server.log_path.read_text()
+        assert "did not arrive within 2 s" in logged or "closing the ones that have been" in logged
+    finally:
+        for sock in stalled:
+            sock.close()
+        server.stop()

@@ -39,22 +39,29 @@ def url_of(sock: socket.socket) -> str:
     return f"http://{shown}:{port}"
 
 
-def _server(app: Any, *, log_level: str, lifespan: Lifespan, graceful_s: int | None) -> Any:
+def _server(app: Any, *, log_level: str, lifespan: Lifespan, graceful_s: int | None, http: Any = "auto") -> Any:
     import uvicorn
 
-    # loop/http "auto" pick uvloop and httptools (dependencies of agl-core) where installed
+    # loop/http "auto" pick uvloop and httptools (dependencies of agl-core) where installed; `http` may be a
+    # protocol class instead (agl serve's, with limits on connections: agl.server.connections)
     config = uvicorn.Config(
-        app, log_level=log_level, access_log=False, lifespan=lifespan, timeout_graceful_shutdown=graceful_s
+        app, log_level=log_level, access_log=False, lifespan=lifespan, timeout_graceful_shutdown=graceful_s, http=http
     )
     return uvicorn.Server(config)
 
 
 def serve(
-    app: Any, sock: socket.socket, *, log_level: str = "warning", lifespan: Lifespan = "auto", graceful_s: int = 5
+    app: Any,
+    sock: socket.socket,
+    *,
+    log_level: str = "warning",
+    lifespan: Lifespan = "auto",
+    graceful_s: int = 5,
+    http: Any = "auto",
 ) -> None:
     """Run `app` on the bound `sock` in this thread until interrupted (uvicorn handles SIGINT/SIGTERM)."""
     try:
-        _server(app, log_level=log_level, lifespan=lifespan, graceful_s=graceful_s).run(sockets=[sock])
+        _server(app, log_level=log_level, lifespan=lifespan, graceful_s=graceful_s, http=http).run(sockets=[sock])
     finally:
         sock.close()
 

@@ -135,6 +135,27 @@ def cli() -> None:
 @click.option("--served-model", default="agl-policy", show_default=True, help="Model name agents are told to use.")
 @click.option("--max-body-mb", default=32.0, show_default=True, type=float, help="Largest request body accepted.")
 @click.option(
+    "--max-header-kb",
+    default=64.0,
+    show_default=True,
+    type=click.FloatRange(min=1),
+    help="Largest request line plus headers accepted (431 past it).",
+)
+@click.option(
+    "--header-timeout",
+    default=10.0,
+    show_default=True,
+    type=click.FloatRange(min=0.1),
+    help="Seconds a request's line and headers may take to arrive (408 past it).",
+)
+@click.option(
+    "--max-connections",
+    default=None,
+    type=click.IntRange(min=1),
+    help="Open connections held at once (default: from the open-file limit). At the limit, connections stalled"
+    " in their headers are closed first, then new ones get 503.",
+)
+@click.option(
     "--log-level", default="warning", show_default=True, type=click.Choice(["debug", "info", "warning", "error"])
 )
 def serve(
@@ -152,6 +173,9 @@ def serve(
     allowed_hosts: tuple[str, ...],
     served_model: str,
     max_body_mb: float,
+    max_header_kb: float,
+    header_timeout: float,
+    max_connections: int | None,
     log_level: str,
 ) -> None:
     """Start the agl server: store REST API (/api/v1, OpenAPI at /openapi.json), OTLP/HTTP receiver
@@ -161,6 +185,7 @@ def serve(
     """
     from agl.server.app import ServerSettings
     from agl.server.app import serve as run_server
+    from agl.server.connections import ConnectionLimits
     from agl.server.proxy import UpstreamConfig
 
     logging.basicConfig(level=log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
@@ -172,6 +197,9 @@ def serve(
         served_model=served_model,
         max_body_bytes=int(max_body_mb * 1024 * 1024),
         allowed_hosts=allowed_hosts,
+        connections=ConnectionLimits(
+            max_head_bytes=int(max_header_kb * 1024), head_timeout_s=header_timeout, max_connections=max_connections
+        ),
         upstream=UpstreamConfig(
             base_url=upstream,
             api_key=upstream_api_key,

@@ -43,6 +43,7 @@ from agl.schema import (
     Task,
     TaskIn,
 )
+from agl.server.connections import ConnectionLimits, guarded_protocol
 from agl.server.credentials import attempt_credential
 from agl.server.errors import describe_validation, document_errors, error_response, unknown_llm_route
 from agl.server.fixed_url import FixedUrlMiddleware
@@ -79,6 +80,8 @@ class ServerSettings:
     allowed_hosts: tuple[str, ...] = ()
     # how long /healthz waits for a write to go through before it answers 503
     health_timeout_s: float = 5.0
+    # what a connection may cost before its request reaches the app (agl.server.connections)
+    connections: ConnectionLimits = field(default_factory=ConnectionLimits)
 
 
 _LOOPBACK_NAMES = frozenset({"localhost", "127.0.0.1", "::1"})
@@ -512,7 +515,7 @@ def serve(
         sock = asgi.bind(settings.host, settings.port)  # connections wait in the backlog from here on
         if on_ready is not None:
             on_ready(asgi.url_of(sock))
-        asgi.serve(app, sock, log_level=log_level)
+        asgi.serve(app, sock, log_level=log_level, http=guarded_protocol(settings.connections))
     finally:
         lock.close()
     if fatal:
