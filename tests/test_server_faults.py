@@ -5,6 +5,8 @@
 2. Request lines and headers are capped (431), in bounded memory.
 3. Connections that never finish their headers are closed (408), and at the connection cap the stalled ones make
    room, so health keeps answering.
+4. OTLP export requests are capped in spans (413, counted before any span is built) and decoded off the event
+   loop.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ import socket
 import subprocess
 import sys
 import textwrap
+import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -250,3 +253,88 @@ def test_stalled_connections_are_closed_and_health_answers_at_the_connection_cap
         for sock in stalled:
             sock.close()
         server.stop()
+
+
+# ---------------------------------------------------------------------- 4. OTLP amplification
+
+
+def otlp_protobuf(n: int) -> bytes:
+    from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
+
+    request = ExportTraceServiceRequest()
+    spans = request.resource_spans.add().scope_spans.add().spans
+    now = time.time_ns()
+    for i in range(n):
+        span = spans.add()
+        span.trace_id = (i + 1).to_bytes(16, "big")
+        span.span_id = (i + 1).to_bytes(8, "big")
+        span.name = f"span {i}"
+        span.start_time_unix_nano = now
+        span.end_time_unix_nano = now + 1000
+    return request.SerializeToString()
+
+
+class HealthProbe:
+    """Polls /healthz from a thread while something else runs; the slowest answer seen."""
+
+    def __init__(self, url: str) -> None:
+        self.url = url
+        self.worst = 0.0
+        self.failures = 0
+        self._stop = False
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self) -> None:
+        while not self._stop:
+            t0 = time.monotonic()
+            try:
+                ok = health(self.url).status_code == 200
+            except httpx.TransportError:
+                ok = False
+            self.worst = max(self.worst, time.monotonic() - t0)
+            self.failures += not ok
+            time.sleep(0.02)
+
+    def __enter__(self) -> HealthProbe:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop = True
+        self._thread.join(30)
+
+
+def test_otlp_requests_past_the_span_cap_are_refused_before_decoding(server: ServerProcess) -> None:
+    assert server.proc is not None
+    before = peak_rss_mb(server.proc.pid)
+    body = otlp_protobuf(100_000)  # ~5 MB, as in the report
+    with HealthProbe(server.url) as probe:
+        resp = httpx.post(
+            f"{server.url}/v1/traces", content=body, headers={"content-type": "application/x-protobuf"}, timeout=60
+        )
+    assert resp.status_code == 413, resp.text
+    assert "100000 spans" in resp.text and "--max-spans-per-request" in resp.text
+    assert probe.failures == 0 and probe.worst < 1.0
+    spans = [
+        {
+            "traceId": f"{i + 1:032x}",
+            "spanId": f"{i + 1:016x}",
+            "name": "s",
+            "startTimeUnixNano": "1700000000000000000",
+            "endTimeUnixNano": "1700000000000001000",
+        }
+        for i in range(20_001)
+    ]
+    doc = {"resourceSpans": [{"scopeSpans": [{"spans": spans}]}]}
+    resp = httpx.post(f"{server.url}/v1/traces", json=doc, timeout=60)
+    assert resp.status_code == 413 and "20001 spans" in resp.text
+    assert peak_rss_mb(server.proc.pid) - before < 150
+    # at the cap it is accepted, and stored
+    ok = httpx.post(
+        f"{server.url}/v1/traces",
+        content=otlp_protobuf(10_000),
+        headers={"content-type": "application/x-protobuf"},
+        timeout=60,
+    )
+    assert ok.status_code == 200
+    assert httpx.get(f"{server.url}{API}/stats").json()["counts"]["spans"] == 10_000

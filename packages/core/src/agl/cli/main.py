@@ -135,6 +135,13 @@ def cli() -> None:
 @click.option("--served-model", default="agl-policy", show_default=True, help="Model name agents are told to use.")
 @click.option("--max-body-mb", default=32.0, show_default=True, type=float, help="Largest request body accepted.")
 @click.option(
+    "--max-spans-per-request",
+    default=10_000,
+    show_default=True,
+    type=click.IntRange(min=1),
+    help="Spans one OTLP export request may hold (413 past it).",
+)
+@click.option(
     "--max-header-kb",
     default=64.0,
     show_default=True,
@@ -173,6 +180,7 @@ def serve(
     allowed_hosts: tuple[str, ...],
     served_model: str,
     max_body_mb: float,
+    max_spans_per_request: int,
     max_header_kb: float,
     header_timeout: float,
     max_connections: int | None,
@@ -197,6 +205,7 @@ def serve(
         served_model=served_model,
         max_body_bytes=int(max_body_mb * 1024 * 1024),
         allowed_hosts=allowed_hosts,
+        max_spans_per_request=max_spans_per_request,
         connections=ConnectionLimits(
             max_head_bytes=int(max_header_kb * 1024), head_timeout_s=header_timeout, max_connections=max_connections
         ),

@@ -55,7 +55,7 @@ from agl.server.middleware import (
     Inflated,
     inflate,
 )
-from agl.server.otlp import otlp_success_response, parse_otlp_traces
+from agl.server.otlp import DEFAULT_MAX_SPANS, TooManySpans, otlp_success_response, parse_otlp_traces
 from agl.server.proxy import LLMProxy, UpstreamConfig
 from agl.store import ConflictError, NotFoundError, Store, StoreUnavailable
 from agl.tracing import attributes as attr
@@ -80,6 +80,8 @@ class ServerSettings:
     allowed_hosts: tuple[str, ...] = ()
     # how long /healthz waits for a write to go through before it answers 503
     health_timeout_s: float = 5.0
+    # spans one OTLP export request may hold (413 past it)
+    max_spans_per_request: int = DEFAULT_MAX_SPANS
     # what a connection may cost before its request reaches the app (agl.server.connections)
     connections: ConnectionLimits = field(default_factory=ConnectionLimits)
 
@@ -444,7 +446,13 @@ class Server:
                         f"the {encoding} body inflates past the limit of {limit} bytes (agl serve --max-body-mb)",
                         "invalid_request_error",
                     )
-            spans = parse_otlp_traces(body, content_type)
+            # decoded in a worker thread: 100,000 spans froze the event loop, and with it every proxied call, for 2 s
+            try:
+                spans = await run_in_threadpool(
+                    parse_otlp_traces, body, content_type, self.settings.max_spans_per_request
+                )
+            except TooManySpans as exc:
+                return error_response(413, str(exc), "invalid_request_error")
             _only_own(request, spans, "spans")
             unknown = await run_in_threadpool(store.unknown_rollouts, {s.rollout_id for s in spans})
             if unknown:
