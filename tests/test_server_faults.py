@@ -7,10 +7,12 @@
    room, so health keeps answering.
 4. OTLP export requests are capped in spans (413, counted before any span is built) and decoded off the event
    loop.
+5. Calls past the proxy's pool of upstream connections wait for one instead of failing with 502.
 """
 
 from __future__ import annotations
 
+import asyncio
 import json
 import socket
 import subprocess
@@ -18,15 +20,18 @@ import sys
 import textwrap
 import threading
 import time
+from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
 import httpx
+import pytest
 
 from agl.client import API, Client
 from agl.processes import ServerProcess, read_ready_line, start_server
 from agl.schema import RewardIn, SpanIn
+from agl.testing.upstream import start_upstream_process
 from tests.conftest import wait_until
 
 
@@ -338,3 +343,78 @@ def test_otlp_requests_past_the_span_cap_are_refused_before_decoding(server: Ser
     )
     assert ok.status_code == 200
     assert httpx.get(f"{server.url}{API}/stats").json()["counts"]["spans"] == 10_000
+
+
+# ---------------------------------------------------------------------- 5. the proxy under load
+
+
+def proxied_burst(server: ServerProcess, calls: int, attempts: int) -> tuple[Counter[int], list[dict[str, Any]]]:
+    """`calls` chat completions at once, spread over `attempts` claimed attempts: (status counts, the claims)."""
+    import aiohttp
+
+    with Client(server.url) as client:
+        client.enqueue("q", n=attempts)
+    claims = httpx.post(
+        f"{server.url}{API}/claims", json={"worker_id": "w", "max_rollouts": attempts, "lease_s": 600}
+    ).json()
+    assert len(claims) == attempts
+    body = {"model": "m", "messages": [{"role": "user", "content": "hi"}]}
+
+    async def burst() -> Counter[int]:
+        connector = aiohttp.TCPConnector(limit=0)
+        timeout = aiohttp.ClientTimeout(total=120)
+        async with aiohttp.ClientSession(connector=connector, timeout=timeout) as session:
+
+            async def one(i: int) -> int:
+                url = f"{server.url}{proxy_path(claims[i % attempts])}/chat/completions"
+                async with session.post(url, json=body) as resp:
+                    await resp.read()
+                    return resp.status
+
+            return Counter(await asyncio.gather(*(one(i) for i in range(calls))))
+
+    return asyncio.run(burst()), claims
+
+
+def stored_calls(server: ServerProcess, claims: list[dict[str, Any]]) -> list[tuple[str, int]]:
+    with Client(server.url) as client:
+        details = client.rollout_details([c["rollout"]["id"] for c in claims])
+    return [(call.attempt_id, call.seq) for d in details for call in d.llm_calls if call.status == "ok"]
+
+
+@pytest.mark.slow
+def test_two_thousand_concurrent_calls_on_a_slow_upstream_all_succeed_and_are_stored_once(tmp_path: Path) -> None:
+    proc, slow = start_upstream_process(delay_s=2.0)
+    server = start_server(tmp_path / "run", upstream=slow)
+    try:
+        assert server.proc is not None
+        t0 = time.monotonic()
+        statuses, claims = proxied_burst(server, 2000, 100)
+        elapsed = time.monotonic() - t0
+        print(
+            f"2000 calls on a 2 s upstream: {dict(statuses)} in {elapsed:.1f} s; server peak RSS "
+            f"{peak_rss_mb(server.proc.pid):.0f} MB"
+        )
+        assert statuses == Counter({200: 2000})
+        stored = stored_calls(server, claims)
+        assert len(stored) == 2000 and len(set(stored)) == 2000  # each answered call stored once
+        assert elapsed < 60
+    finally:
+        server.stop()
+        proc.terminate()
+        proc.wait(10)
+
+
+def test_calls_past_the_upstream_pool_wait_for_a_connection_instead_of_failing(tmp_path: Path) -> None:
+    # 400 calls through 40 upstream connections to a 1.5 s upstream: the last wait ~14 s for a connection,
+    # past the 10 s that used to fail them with 502
+    proc, slow = start_upstream_process(delay_s=1.5)
+    server = start_server(tmp_path / "run", upstream=slow, extra_args=["--upstream-connections=40"])
+    try:
+        statuses, claims = proxied_burst(server, 400, 20)
+        assert statuses == Counter({200: 400})
+        assert len(set(stored_calls(server, claims))) == 400
+    finally:
+        server.stop()
+        proc.terminate()
+        proc.wait(10)

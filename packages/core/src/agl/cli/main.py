@@ -126,6 +126,13 @@ def cli() -> None:
     help="Seconds the proxy waits for the upstream's next bytes before failing the call.",
 )
 @click.option(
+    "--upstream-connections",
+    type=click.IntRange(min=1),
+    default=1024,
+    show_default=True,
+    help="Connections to the upstream held at once; calls past it wait for one (up to --upstream-timeout).",
+)
+@click.option(
     "--allowed-host",
     "allowed_hosts",
     multiple=True,
@@ -177,6 +184,7 @@ def serve(
     temperature: float,
     eval_temperature: float | None,
     upstream_timeout: float,
+    upstream_connections: int,
     allowed_hosts: tuple[str, ...],
     served_model: str,
     max_body_mb: float,
@@ -217,6 +225,7 @@ def serve(
             temperature=temperature,
             eval_temperature=eval_temperature,
             timeout_s=upstream_timeout,
+            max_connections=upstream_connections,
         ),
     )
 

@@ -45,6 +45,8 @@ class UpstreamConfig:
     model: str | None = None  # replaces the model the agent asked for, when set
     token_ids: str = "auto"  # "auto": ask, and stop asking if the backend rejects it; "always"; "never"
     timeout_s: float = 600.0
+    # connections to the upstream held at once; calls past it queue for one (up to timeout_s), never fail
+    max_connections: int = 1024
     # the sampling temperature of a call whose agent sets none; always sent, so the store knows the distribution
     # every response was drawn from (a backend's own default may be anything: vLLM uses the model's config)
     temperature: float | None = 1.0
@@ -73,9 +75,15 @@ class LLMProxy:
         # aiohttp, not httpx: httpx's connection pool scans every connection on each request, which made it
         # most of the proxy's CPU time at concurrency 32. Created on first use: a session needs a running loop.
         if self._session is None:
+            # aiohttp's `connect` timeout also counts the wait for a free pooled connection: at 10 s, calls past the
+            # pool's size failed with 502 against a healthy upstream. The wait is bounded by the upstream timeout
+            # instead; opening the TCP connection itself keeps a short one.
+            limit = self.upstream.max_connections
             self._session = aiohttp.ClientSession(
-                connector=aiohttp.TCPConnector(limit=1024, limit_per_host=0, keepalive_timeout=60),
-                timeout=aiohttp.ClientTimeout(total=None, connect=10.0, sock_read=self.upstream.timeout_s),
+                connector=aiohttp.TCPConnector(limit=limit, limit_per_host=0, keepalive_timeout=60),
+                timeout=aiohttp.ClientTimeout(
+                    total=None, connect=self.upstream.timeout_s, sock_connect=10.0, sock_read=self.upstream.timeout_s
+                ),
             )
         return self._session
 
