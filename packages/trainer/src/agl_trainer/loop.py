@@ -258,6 +258,7 @@ class TrainingRun:
     def _train_step(self, step: int) -> dict[str, Any]:
         cfg = self.config
         t_start = time.monotonic()
+        generated_before = getattr(self.inference, "generated_tokens", None)  # the embedded engine counts
         rollouts = self._run_rollouts(
             self._tasks_for_step(step), n=cfg.group_size, mode="train", step=step, label=f"step {step + 1}/{cfg.steps}"
         )
@@ -270,6 +271,11 @@ class TrainingRun:
         )
         credit = assign_credit(episodes, cfg.strategy, CreditConfig(gamma=cfg.gamma))
         transitions = [t for ep in episodes for t in ep.transitions]
+        generated_after = getattr(self.inference, "generated_tokens", None)
+        if isinstance(generated_before, int) and isinstance(generated_after, int):
+            generated = generated_after - generated_before
+        else:  # a remote engine: the responses that made it into transitions
+            generated = sum(len(t.response_ids) for t in transitions)
         t_update = time.monotonic()
         with self.weights_lock:
             update = self.policy.update(transitions)
@@ -302,6 +308,7 @@ class TrainingRun:
             **{f"update_{k}": v for k, v in update.as_dict().items()},
             "rollout_s": t_rollouts,
             "update_s": t_update,
+            **resource_fields(generated, t_rollouts),
             "elapsed_min": (time.monotonic() - self.t0) / 60,
         }
         self.metrics.write(row)
@@ -440,6 +447,20 @@ class TrainingRun:
             f"metrics {self.metrics.path}"
         )
         return summary
+
+
+def resource_fields(generated_tokens: int, rollout_s: float) -> dict[str, float]:
+    """A train step's resource figures: `gen_tokens_per_s` (tokens generated during the step's rollouts per
+    second of them) and, when this process uses CUDA, `gpu_peak_gib` (its peak allocated GPU memory so far)."""
+    import torch
+
+    out: dict[str, float] = {}
+    if rollout_s > 0:
+        out["gen_tokens_per_s"] = generated_tokens / rollout_s
+    peak = torch.cuda.max_memory_allocated() if torch.cuda.is_available() else 0  # 0 until CUDA is used
+    if peak > 0:
+        out["gpu_peak_gib"] = peak / 2**30
+    return out
 
 
 SAMPLE_ROWS = 16  # rollouts per evaluation in the trackers' sample tables (all of them are in the store)

@@ -1,0 +1,153 @@
+"""Helpers of benchmarks/gpu/smoke.sh (`report` needs only the standard library; `info` and `eval-tasks` import agl).
+
+python3 smoke.py info                       the GPU as torch sees it; imports what agl needs at run time
+python3 smoke.py eval-tasks N OUT.jsonl     the calculator example's first N held-out tasks, as JSONL
+python3 smoke.py report RUN_DIR STEPS [SMI_CSV]
+                                            the run's metrics per step; exit 1 unless steps 0..STEPS-1 all
+                                            have a train row (SMI_CSV: nvidia-smi samples `pid, MiB`)
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import sys
+from pathlib import Path
+from typing import Any
+
+# what agl-core, agl-trainer and the calculator example import at run time (checked before the run starts)
+RUNTIME_MODULES = {  # module: the distribution whose version is shown (None: show where it comes from)
+    "transformers": "transformers",
+    "peft": "peft",
+    "gguf": "gguf",
+    "pydantic": "pydantic",
+    "fastapi": "fastapi",
+    "starlette": "starlette",
+    "uvicorn": "uvicorn",
+    "httptools": "httptools",
+    "orjson": "orjson",
+    "openai": "openai",
+    "google.protobuf": "protobuf",
+    "opentelemetry.sdk": "opentelemetry-sdk",
+    "opentelemetry.proto.collector.trace.v1.trace_service_pb2": "opentelemetry-proto",
+    "agl.server.app": None,
+    "agl_trainer.loop": None,
+}
+
+
+def info() -> int:
+    import importlib
+    from importlib import metadata
+
+    import torch
+
+    failed = 0
+    for name, dist in RUNTIME_MODULES.items():
+        try:
+            module = importlib.import_module(name)
+        except Exception as exc:  # report every missing piece at once
+            failed += 1
+            print(f"  {name}: IMPORT FAILED: {type(exc).__name__}: {exc}")
+            continue
+        try:
+            where = metadata.version(dist) if dist else module.__file__
+        except metadata.PackageNotFoundError:
+            where = getattr(module, "__version__", "?")
+        print(f"  {name} {where}")
+    if failed:
+        print(f"{failed} module(s) cannot be imported: the run would fail")
+        return 1
+
+    print(f"torch {torch.__version__} (CUDA {torch.version.cuda}), cuda available: {torch.cuda.is_available()}")
+    for i in range(torch.cuda.device_count()):
+        props = torch.cuda.get_device_properties(i)
+        print(f"cuda:{i} {torch.cuda.get_device_name(i)}, {props.total_memory / 2**30:.1f} GiB")
+    return 0
+
+
+def eval_tasks(n: int, out: str) -> int:
+    from agl_trainer.examples.calculator import eval_tasks as tasks
+
+    chosen = tasks()[:n]
+    Path(out).write_text("".join(json.dumps(t) + "\n" for t in chosen))
+    print(f"{len(chosen)} held-out tasks -> {out}")
+    return 0
+
+
+def _fmt(value: Any, spec: str) -> str:
+    if value is None or (isinstance(value, float) and not math.isfinite(value)):
+        return "-"
+    return format(value, spec)
+
+
+def _smi_peak_mib(path: Path) -> float | None:
+    """The largest per-process GPU memory nvidia-smi reported (what the allocator reserved plus the context)."""
+    if not path.is_file():
+        return None
+    peak = None
+    for line in path.read_text().splitlines():
+        parts = [p.strip() for p in line.split(",")]
+        if len(parts) >= 2:
+            try:
+                mib = float(parts[1].split()[0])
+            except (ValueError, IndexError):
+                continue
+            peak = mib if peak is None else max(peak, mib)
+    return peak
+
+
+def report(run_dir: str, steps: int, smi_csv: str | None = None) -> int:
+    path = Path(run_dir) / "metrics.jsonl"
+    rows = [json.loads(line) for line in path.read_text().splitlines() if line.strip()] if path.is_file() else []
+    train = {int(r["step"]): r for r in rows if r.get("kind") == "train"}
+    print(f"metrics: {path} ({len(rows)} rows)")
+    header = (
+        f"{'step':>4} {'reward':>7} {'success':>7} {'transit.':>8} {'failed':>6} "
+        f"{'rollout_s':>9} {'update_s':>8} {'gen tok/s':>9} {'gpu peak GiB':>12}"
+    )
+    print(header)
+    for step in sorted(train):
+        r = train[step]
+        print(
+            f"{step:>4} {_fmt(r.get('reward_mean'), '.3f'):>7} {_fmt(r.get('success_rate'), '.2f'):>7} "
+            f"{_fmt(r.get('transitions'), 'd'):>8} {_fmt(r.get('failed'), 'd'):>6} "
+            f"{_fmt(r.get('rollout_s'), '.1f'):>9} {_fmt(r.get('update_s'), '.2f'):>8} "
+            f"{_fmt(r.get('gen_tokens_per_s'), '.0f'):>9} {_fmt(r.get('gpu_peak_gib'), '.2f'):>12}"
+        )
+    for r in rows:
+        if r.get("kind") == "eval":
+            print(f"eval @ step {r['step']}: accuracy {_fmt(r.get('accuracy'), '.3f')} over {r.get('n')} tasks")
+    peaks = [r["gpu_peak_gib"] for r in train.values() if isinstance(r.get("gpu_peak_gib"), (int, float))]
+    rates = [r["gen_tokens_per_s"] for r in train.values() if isinstance(r.get("gen_tokens_per_s"), (int, float))]
+    print(
+        "peak GPU memory allocated by the trainer process: "
+        + (f"{max(peaks):.2f} GiB" if peaks else "n/a (no gpu_peak_gib in the rows: not on CUDA?)")
+    )
+    if rates:
+        print(f"generation: {sum(rates) / len(rates):.0f} tokens/s (mean over steps)")
+    else:
+        print("generation: n/a (no gen_tokens_per_s in the rows)")
+    smi = _smi_peak_mib(Path(smi_csv)) if smi_csv else None
+    if smi is not None:
+        print(f"nvidia-smi peak per-process GPU memory (reserved + context): {smi / 1024:.2f} GiB")
+    missing = [s for s in range(steps) if s not in train]
+    if missing:
+        print(f"FAIL: no train metrics row for step(s) {missing}")
+        return 1
+    print(f"OK: {steps} train step(s) with metrics rows")
+    return 0
+
+
+def main(argv: list[str]) -> int:
+    if argv[:1] == ["info"]:
+        return info()
+    if argv[:1] == ["eval-tasks"] and len(argv) == 3:
+        return eval_tasks(int(argv[1]), argv[2])
+    if argv[:1] == ["report"] and len(argv) in (3, 4):
+        return report(argv[1], int(argv[2]), argv[3] if len(argv) == 4 else None)
+    print(__doc__, file=sys.stderr)
+    return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

