@@ -8,6 +8,8 @@
 4. OTLP export requests are capped in spans (413, counted before any span is built) and decoded off the event
    loop.
 5. Calls past the proxy's pool of upstream connections wait for one instead of failing with 502.
+6. Spans name an attempt of the rollout they name, still running.
+7. Automatic (AIR) rewards come from the trainer only, never from an attempt's credential.
 """
 
 from __future__ import annotations
@@ -418,3 +420,107 @@ def test_calls_past_the_upstream_pool_wait_for_a_connection_instead_of_failing(t
         server.stop()
         proc.terminate()
         proc.wait(10)
+
+
+# ---------------------------------------------------------------------- 6. and 7. what a credential may report
+
+
+def claim_with_token(server: ServerProcess, token: str) -> dict[str, Any]:
+    with Client(server.url, token=token) as client:
+        client.enqueue("q")
+    auth = {"authorization": f"Bearer {token}"}
+    (found,) = httpx.post(f"{server.url}{API}/claims", json={"worker_id": "w"}, headers=auth).json()
+    return dict(found)
+
+
+def span_json(rollout_id: str | None, attempt_id: str | None, n: int) -> dict[str, Any]:
+    now = time.time()
+    return {
+        "trace_id": f"{n:032x}",
+        "span_id": f"{n:016x}",
+        "name": "tool",
+        "start_time": now,
+        "end_time": now,
+        "rollout_id": rollout_id,
+        "attempt_id": attempt_id,
+    }
+
+
+def otlp_span(rollout_id: str, attempt_id: str, n: int) -> dict[str, Any]:
+    attrs = [
+        {"key": "agl.rollout_id", "value": {"stringValue": rollout_id}},
+        {"key": "agl.attempt_id", "value": {"stringValue": attempt_id}},
+    ]
+    span = {
+        "traceId": f"{n:032x}",
+        "spanId": f"{n:016x}",
+        "name": "s",
+        "startTimeUnixNano": "1700000000000000000",
+        "endTimeUnixNano": "1700000000000001000",
+        "attributes": attrs,
+    }
+    return {"resourceSpans": [{"scopeSpans": [{"spans": [span]}]}]}
+
+
+def test_spans_must_name_a_running_attempt_of_their_own_rollout(tmp_path: Path, upstream: str) -> None:
+    server = start_server(tmp_path / "run", upstream=upstream, token="operator")
+    try:
+        mine, other = claim_with_token(server, "operator"), claim_with_token(server, "operator")
+        rid, aid = mine["rollout"]["id"], mine["attempt"]["id"]
+        auth = {"authorization": f"Bearer {mine['credential']}"}
+        admin = {"authorization": "Bearer operator"}
+        spans = f"{server.url}{API}/spans"
+        # A's credential, rollout B, attempt A: refused, and nothing shows in B
+        crossed = httpx.post(spans, json={"spans": [span_json(other["rollout"]["id"], aid, 1)]}, headers=auth)
+        assert crossed.status_code == 404 and "does not exist" in crossed.text
+        # (an attempt's credential cannot post OTLP at all; the operator's names must agree too)
+        crossed_otlp = httpx.post(
+            f"{server.url}/v1/traces", json=otlp_span(other["rollout"]["id"], aid, 2), headers=admin
+        )
+        assert crossed_otlp.status_code == 404
+        detail = httpx.get(f"{server.url}{API}/rollouts/{other['rollout']['id']}/detail", headers=admin).json()
+        assert detail["spans"] == []
+        # its own: stored
+        assert httpx.post(spans, json={"spans": [span_json(rid, aid, 3)]}, headers=auth).json()["stored"] == 1
+        # an unknown attempt, even with the operator's token
+        ghost = httpx.post(spans, json={"spans": [span_json(rid, "at-ghost", 4)]}, headers=admin)
+        assert ghost.status_code == 404
+        done = httpx.post(f"{server.url}{API}/attempts/{aid}/complete", json={"status": "succeeded"}, headers=auth)
+        assert done.status_code == 200
+        # after the attempt ended: refused ...
+        late = httpx.post(spans, json={"spans": [span_json(rid, aid, 5)]}, headers=admin)
+        assert late.status_code == 409 and "can no longer report spans" in late.text
+        late_otlp = httpx.post(f"{server.url}/v1/traces", json=otlp_span(rid, aid, 6), headers=admin)
+        assert late_otlp.status_code == 409
+        # ... except a batch sent again whose spans are stored already (its first answer was lost)
+        again = httpx.post(spans, json={"spans": [span_json(rid, aid, 3)]}, headers=admin)
+        assert again.status_code == 200 and again.json()["stored"] == 0
+        detail = httpx.get(f"{server.url}{API}/rollouts/{rid}/detail", headers=admin).json()
+        assert [s["span_id"] for s in detail["spans"]] == [f"{3:016x}"]
+    finally:
+        server.stop()
+
+
+def test_an_attempt_credential_cannot_write_automatic_rewards(tmp_path: Path, upstream: str) -> None:
+    server = start_server(tmp_path / "run", upstream=upstream, token="operator")
+    try:
+        c = claim_with_token(server, "operator")
+        rid, aid = c["rollout"]["id"], c["attempt"]["id"]
+        auth = {"authorization": f"Bearer {c['credential']}"}
+        rewards = f"{server.url}{API}/rewards"
+        forged = {"rollout_id": rid, "attempt_id": aid, "value": 99.0, "source": "automatic", "name": "air"}
+        resp = httpx.post(rewards, json=[forged], headers=auth)
+        assert resp.status_code == 403 and "trainer only" in resp.text
+        done = httpx.post(f"{server.url}{API}/attempts/{aid}/complete", json={"status": "succeeded"}, headers=auth)
+        assert done.status_code == 200
+        assert httpx.post(rewards, json=[forged], headers=auth).status_code == 403  # after the end, too
+        with Client(server.url, token="operator") as client:
+            (trainable,) = client.trainable_rollouts([rid])
+            assert all(r.value != 99.0 for r in trainable.rewards)
+            # the trainer's own token writes them, after the attempt ended (AIR runs then)
+            air = {**forged, "value": 0.2}
+            assert httpx.post(rewards, json=[air], headers={"authorization": "Bearer operator"}).status_code == 200
+            (trainable,) = client.trainable_rollouts([rid])
+            assert [r.value for r in trainable.rewards if r.source == "automatic"] == [0.2]
+    finally:
+        server.stop()

@@ -588,17 +588,19 @@ def test_sdk_exports_to_a_real_server(server: ServerProcess, client: Client) -> 
 
 
 def test_post_protobuf_json_and_gzip_directly(server: ServerProcess, client: Client) -> None:
-    rollout_id, _ = claimed(server, client)
+    rollout_id, attempt_id = claimed(server, client)
     spans = sdk_spans()
     request = encode_spans(spans)
-    for rs in request.resource_spans:  # file the spans under this rollout through their resource
+    # file the spans under this rollout and its running attempt (the server refuses spans naming any other)
+    ids = {attr.ROLLOUT_ID: rollout_id, attr.ATTEMPT_ID: attempt_id}
+    for rs in request.resource_spans:
         for kv in rs.resource.attributes:
-            if kv.key == attr.ROLLOUT_ID:
-                kv.value.string_value = rollout_id
+            if kv.key in ids:
+                kv.value.string_value = ids[kv.key]
     for span in request.resource_spans[0].scope_spans[0].spans:
         for kv in span.attributes:
-            if kv.key == attr.ROLLOUT_ID:
-                kv.value.string_value = rollout_id
+            if kv.key in ids:
+                kv.value.string_value = ids[kv.key]
 
     resp = httpx.post(f"{server.url}/v1/traces", content=request.SerializeToString(), headers={"content-type": PB})
     assert resp.status_code == 200, resp.text

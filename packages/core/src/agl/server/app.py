@@ -35,6 +35,7 @@ from agl.schema import (
     ModelVersion,
     ModelVersionIn,
     RewardIn,
+    RewardSource,
     Rollout,
     RolloutDetail,
     RolloutStatus,
@@ -392,12 +393,19 @@ class Server:
             unknown = await run_in_threadpool(store.unknown_rollouts, {s.rollout_id for s in batch.spans})
             if unknown:
                 raise NotFoundError(f"spans name rollouts that do not exist: {', '.join(sorted(unknown)[:5])}")
-            stored = await self._await(store.add_spans(batch.spans))
+            stored = await self._await(store.add_spans(batch.spans, reported=True))
             return {"received": len(batch.spans), "stored": stored}
 
         @app.post(f"{API}/rewards", tags=["traces"])
         async def add_rewards(rewards: list[RewardIn], request: Request) -> dict[str, int]:
             _only_own(request, rewards, "rewards")
+            attempt = request.scope.get("agl.attempt")
+            if attempt is not None and any(r.source is RewardSource.automatic for r in rewards):
+                # AIR's rewards are the trainer's judgement of a trace, computed after the attempt; an agent that
+                # could write them could grade itself (they are accepted even after its attempt ended)
+                raise PermissionError(
+                    f"this credential belongs to attempt {attempt}: automatic rewards come from the trainer only"
+                )
             return {"stored": await self._await(store.add_rewards(rewards))}
 
         @app.post(f"{API}/model_versions", tags=["models"], status_code=201)
@@ -458,7 +466,7 @@ class Server:
             if unknown:
                 raise NotFoundError(f"spans name rollouts that do not exist: {', '.join(sorted(unknown)[:5])}")
             if spans:
-                await self._await(store.add_spans(spans))
+                await self._await(store.add_spans(spans, reported=True))
             payload, media = otlp_success_response(content_type)
             return Response(payload, media_type=media)
 

@@ -14,7 +14,7 @@ they can run, and be tested, on any connection with the store's tables.
 from __future__ import annotations
 
 import sqlite3
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 from agl import failure
 from agl.schema import (
@@ -302,6 +302,26 @@ def may_report(conn: sqlite3.Connection, attempt: sqlite3.Row) -> bool:
     return (
         ro is not None and ro["status"] == _QUEUED and latest_attempt_id(conn, attempt["rollout_id"]) == attempt["id"]
     )
+
+
+def check_span_owners(
+    conn: sqlite3.Connection, owners: Mapping[tuple[str | None, str], Sequence[tuple[str, str]]]
+) -> None:
+    """Spans an agent reports: each attempt named must belong to the rollout named and still be able to report
+    (`may_report`). `owners`: (rollout id, attempt id) → the (trace id, span id) of its spans in the batch. Spans
+    stored already (a batch sent again after its answer was lost) pass whatever the attempt's state."""
+    for (rollout_id, attempt_id), keys in owners.items():
+        att = conn.execute("SELECT id, rollout_id, status FROM attempts WHERE id=?", (attempt_id,)).fetchone()
+        if att is None or att["rollout_id"] != rollout_id:
+            raise NotFoundError(f"spans name attempt {attempt_id!r} of rollout {rollout_id!r}, which does not exist")
+        if may_report(conn, att):
+            continue
+        stored = sum(
+            conn.execute("SELECT 1 FROM spans WHERE trace_id=? AND span_id=?", key).fetchone() is not None
+            for key in keys
+        )
+        if stored < len(keys):
+            raise ConflictError(f"attempt {attempt_id} is {att['status']}: it can no longer report spans")
 
 
 def add_rewards(conn: sqlite3.Connection, rewards: Sequence[RewardIn]) -> int:

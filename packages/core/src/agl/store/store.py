@@ -204,9 +204,21 @@ class Store:
 
     # ------------------------------------------------------------------------- spans/calls/rewards
 
-    def add_spans(self, spans: Sequence[SpanIn]) -> Future[int]:
+    def add_spans(self, spans: Sequence[SpanIn], *, reported: bool = False) -> Future[int]:
+        """Store spans; how many were new. `reported`: they come from agents (the server's routes), so every
+        attempt they name must be of the rollout they name and still running (`lifecycle.check_span_owners`)."""
         values = [rows.span_values(s) for s in spans]
-        return self.submit(lambda conn: records.insert_spans(conn, values))
+        owners: dict[tuple[str | None, str], list[tuple[str, str]]] = {}
+        if reported:
+            for s in spans:
+                if s.attempt_id is not None:
+                    owners.setdefault((s.rollout_id, s.attempt_id), []).append((s.trace_id, s.span_id))
+
+        def op(conn: sqlite3.Connection) -> int:
+            lifecycle.check_span_owners(conn, owners)
+            return records.insert_spans(conn, values)
+
+        return self.submit(op)
 
     def add_rewards(self, rewards: Sequence[RewardIn]) -> Future[int]:
         """Store rewards; all or none. The agent's own rewards (explicit, returned) are accepted only while its
