@@ -10,6 +10,7 @@
 5. Calls past the proxy's pool of upstream connections wait for one instead of failing with 502.
 6. Spans name an attempt of the rollout they name, still running.
 7. Automatic (AIR) rewards come from the trainer only, never from an attempt's credential.
+8. A worker that hangs up during its claim's long poll is handed nothing.
 """
 
 from __future__ import annotations
@@ -524,3 +525,26 @@ def test_an_attempt_credential_cannot_write_automatic_rewards(tmp_path: Path, up
             assert [r.value for r in trainable.rewards if r.source == "automatic"] == [0.2]
     finally:
         server.stop()
+
+
+# ---------------------------------------------------------------------- 8. a dead worker's claim
+
+
+def test_a_claim_whose_worker_hung_up_takes_no_work(server: ServerProcess) -> None:
+    host, port = server.url.removeprefix("http://").rsplit(":", 1)
+    body = json.dumps({"worker_id": "dead", "wait_s": 30}).encode()
+    sock = socket.create_connection((host, int(port)))
+    sock.sendall(
+        f"POST {API}/claims HTTP/1.1\r\nhost: localhost\r\ncontent-type: application/json\r\n"
+        f"content-length: {len(body)}\r\n\r\n".encode()
+        + body
+    )
+    time.sleep(0.5)  # its long poll is waiting
+    sock.close()  # the worker is killed
+    time.sleep(0.5)
+    with Client(server.url) as client:
+        (rollout,) = client.enqueue("q")
+        claims = httpx.post(f"{server.url}{API}/claims", json={"worker_id": "alive", "wait_s": 5}).json()
+        assert [c["rollout"]["id"] for c in claims] == [rollout.id]  # the live worker gets it
+        assert claims[0]["attempt"]["number"] == 1  # no attempt burned by the dead one
+        assert client.get_rollout(rollout.id).attempt_count == 1

@@ -57,7 +57,7 @@ from agl.server.middleware import (
     inflate,
 )
 from agl.server.otlp import DEFAULT_MAX_SPANS, TooManySpans, otlp_success_response, parse_otlp_traces
-from agl.server.proxy import LLMProxy, UpstreamConfig
+from agl.server.proxy import LLMProxy, UpstreamConfig, hung_up
 from agl.store import ConflictError, NotFoundError, Store, StoreUnavailable
 from agl.tracing import attributes as attr
 from agl.trainable import to_wire
@@ -346,23 +346,35 @@ class Server:
             return await self._await(store.cancel(rollout_id))
 
         @app.post(f"{API}/claims", tags=["workers"])
-        async def claim(req: ClaimRequest) -> list[Claim]:
+        async def claim(req: ClaimRequest, request: Request) -> list[Claim]:
             loop = asyncio.get_running_loop()
             deadline = loop.time() + req.wait_s
-            while True:
-                event = self._work_event
-                claims = await self._await(store.claim(req.worker_id, req.max_rollouts, req.lease_s))
-                remaining = deadline - loop.time()
-                if claims or remaining <= 0 or event is None:
-                    if self.settings.token:
-                        secret = self.settings.token
-                        claims = [
-                            c.model_copy(update={"credential": attempt_credential(secret, c.attempt.id)})
-                            for c in claims
-                        ]
-                    return claims
-                with contextlib.suppress(asyncio.TimeoutError):
-                    await asyncio.wait_for(event.wait(), timeout=remaining)
+            # A worker that dies during its long poll must not be handed the next rollout: it would burn an
+            # attempt and hold the rollout until the lease ran out. The wait ends when the worker hangs up.
+            hangup = asyncio.ensure_future(hung_up(request)) if req.wait_s > 0 else None
+            try:
+                while True:
+                    event = self._work_event
+                    claims = await self._await(store.claim(req.worker_id, req.max_rollouts, req.lease_s))
+                    remaining = deadline - loop.time()
+                    if claims or remaining <= 0 or event is None:
+                        if self.settings.token:
+                            secret = self.settings.token
+                            claims = [
+                                c.model_copy(update={"credential": attempt_credential(secret, c.attempt.id)})
+                                for c in claims
+                            ]
+                        return claims
+                    work = asyncio.ensure_future(event.wait())
+                    waits = {work} if hangup is None else {work, hangup}
+                    done, _ = await asyncio.wait(waits, timeout=remaining, return_when=asyncio.FIRST_COMPLETED)
+                    work.cancel()
+                    if hangup is not None and hangup in done:
+                        log.info("worker %s hung up during its claim's wait: nothing claimed", req.worker_id)
+                        return []
+            finally:
+                if hangup is not None:
+                    hangup.cancel()
 
         @app.post(f"{API}/attempts/{{attempt_id}}/heartbeat", tags=["workers"])
         async def heartbeat(attempt_id: str, req: HeartbeatRequest) -> Attempt:

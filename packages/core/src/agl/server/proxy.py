@@ -263,7 +263,7 @@ class LLMProxy:
         # The agent may give up while the backend works (a client timeout): its call must not be stored as
         # if it had been answered, so the wait for the backend races the agent's hang-up.
         fetch = asyncio.ensure_future(self._fetch(rec))
-        hangup = asyncio.ensure_future(_hung_up(request))
+        hangup = asyncio.ensure_future(hung_up(request))
         await asyncio.wait((fetch, hangup), return_when=asyncio.FIRST_COMPLETED)
         if not fetch.done():
             fetch.cancel()  # closes the backend connection: vLLM aborts the request
@@ -415,7 +415,7 @@ class RelayResponse(StreamingResponse):
                     await aclose()
 
 
-async def _hung_up(request: Request) -> None:
+async def hung_up(request: Request) -> None:
     """Returns when the client disconnects (its body was read already, so the next message is the hang-up)."""
     while (await request.receive())["type"] != "http.disconnect":
         pass
