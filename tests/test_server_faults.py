@@ -11,6 +11,9 @@
 6. Spans name an attempt of the rollout they name, still running.
 7. Automatic (AIR) rewards come from the trainer only, never from an attempt's credential.
 8. A worker that hangs up during its claim's long poll is handed nothing.
+9. Input that made the server answer 500 (numbers past 64 bits, other scripts' digits, JSON nested hundreds
+   deep, a 1,000-deep chain of parent spans) is a 4xx or renders.
+10. The dashboard sends security headers and answers HEAD; a rollout timeout must be at least 1 ms.
 """
 
 from __future__ import annotations
@@ -35,7 +38,7 @@ from agl.client import API, Client
 from agl.processes import ServerProcess, read_ready_line, start_server
 from agl.schema import RewardIn, SpanIn
 from agl.testing.upstream import start_upstream_process
-from tests.conftest import wait_until
+from tests.conftest import run_cli, wait_until
 
 
 def claim(server: ServerProcess) -> dict[str, Any]:
@@ -344,7 +347,7 @@ def test_otlp_requests_past_the_span_cap_are_refused_before_decoding(server: Ser
         headers={"content-type": "application/x-protobuf"},
         timeout=60,
     )
-    assert ok.status_code == 200
+    assert ok.status_code == 201
     assert httpx.get(f"{server.url}{API}/stats").json()["counts"]["spans"] == 10_000
 
 
@@ -548,3 +551,77 @@ def test_a_claim_whose_worker_hung_up_takes_no_work(server: ServerProcess) -> No
         assert [c["rollout"]["id"] for c in claims] == [rollout.id]  # the live worker gets it
         assert claims[0]["attempt"]["number"] == 1  # no attempt burned by the dead one
         assert client.get_rollout(rollout.id).attempt_count == 1
+
+
+# ---------------------------------------------------------------------- 9. answers that were 500
+
+
+def nested(depth: int) -> str:
+    """JSON text of a string inside `depth` lists (written by hand: the json module recurses, and stops at ~1,000)."""
+    return "[" * depth + '"x"' + "]" * depth
+
+
+def post_json_text(url: str, text: str) -> httpx.Response:
+    return httpx.post(url, content=text.encode(), headers={"content-type": "application/json"})
+
+
+def test_out_of_range_numbers_deep_json_and_deep_span_chains_are_4xx_or_render(server: ServerProcess) -> None:
+    for query in (
+        "step=99999999999999999999",
+        "step=%EF%BC%91%EF%BC%92",  # full-width "１２"
+        "min_reward=nan",
+        "after=1.5:99999999999999999999",
+        "after=%EF%BC%91:1",
+    ):
+        for path in ("/ui/api/rollouts", "/ui/rollouts"):
+            resp = httpx.get(f"{server.url}{path}?{query}")
+            assert resp.status_code == 400, (path, query, resp.status_code)
+    assert httpx.get(f"{server.url}/ui/api/rollouts?step=12").status_code == 200
+
+    c = claim(server)
+    base = f"{server.url}{proxy_path(c)}"
+    for depth in (256, 700, 1000):
+        deep = '{"model": "m", "messages": [{"role": "user", "content": "hi", "x": ' + nested(depth) + "}]}"
+        resp = post_json_text(f"{base}/chat/completions", deep)
+        assert resp.status_code == 400 and "levels deep" in resp.text, resp.text[:300]
+        deep = '{"model": "m", "input": "hi", "metadata": {"x": ' + nested(depth) + "}}"
+        resp = post_json_text(f"{base}/responses", deep)
+        assert resp.status_code == 400 and "levels deep" in resp.text, resp.text[:300]
+    ok = httpx.post(f"{base}/chat/completions", json={"model": "m", "messages": [{"role": "user", "content": "hi"}]})
+    assert ok.status_code == 200 and ok.headers["x-agl-llm-seq"] == "0"  # no sequence number was used up
+    with Client(server.url) as client:
+        assert len(client.rollout_detail(c["rollout"]["id"]).llm_calls) == 1
+
+    # a chain of 1,000 spans, each the parent of the next
+    rid, aid = c["rollout"]["id"], c["attempt"]["id"]
+    chain = [span_json(rid, aid, i + 1) for i in range(1000)]
+    for i in range(1, 1000):
+        chain[i]["parent_id"] = chain[i - 1]["span_id"]
+        chain[i]["trace_id"] = chain[0]["trace_id"]
+    assert httpx.post(f"{server.url}{API}/spans", json={"spans": chain}).json()["stored"] == 1000
+    page = httpx.get(f"{server.url}/ui/rollouts/{rid}")
+    assert page.status_code == 200 and page.text.count("<li>") >= 1000
+    shown = run_cli("show", rid, f"--server={server.url}", check=False)
+    assert shown.returncode == 0, shown.stderr[-2000:]
+    assert "spans 1000" in shown.stdout
+
+
+# ---------------------------------------------------------------------- 10. headers and small values
+
+
+def test_the_dashboard_sends_security_headers_and_answers_head(server: ServerProcess) -> None:
+    for path in ("/ui", "/ui/rollouts", "/ui/api/overview", "/ui/rollouts/ro-missing"):
+        resp = httpx.get(f"{server.url}{path}")
+        csp = resp.headers.get("content-security-policy", "")
+        assert "frame-ancestors 'none'" in csp and "script-src 'self'" in csp, path
+        assert resp.headers["x-frame-options"] == "DENY" and resp.headers["x-content-type-options"] == "nosniff"
+    head = httpx.head(f"{server.url}/ui")
+    assert head.status_code == 200 and head.content == b""
+    assert httpx.head(f"{server.url}/ui/static/app.js").status_code == 200
+
+
+def test_a_rollout_timeout_below_a_millisecond_is_refused(server: ServerProcess) -> None:
+    resp = httpx.post(f"{server.url}{API}/rollouts", json={"task": {"input": "q"}, "timeout_s": 1e-300})
+    assert resp.status_code == 422 and "timeout_s" in resp.text
+    ok = httpx.post(f"{server.url}{API}/rollouts", json={"task": {"input": "q"}, "timeout_s": 0.5})
+    assert ok.status_code == 201

@@ -3,7 +3,8 @@
 The shape `agl show` prints and the dashboard's rollout page draws: each is only a rendering of these nodes.
 Spans nest under their parent span; an LLM call under the span that was open when it was sent; a reward under
 the span it names. Anything whose parent is not in the attempt (another process's root span, a lost batch) hangs
-at the top, and spans in a parent cycle are shown at the top rather than dropped.
+at the top, spans in a parent cycle are shown at the top rather than dropped, and spans nested deeper than
+`MAX_DEPTH` are shown flat under their ancestor at that depth.
 """
 
 from __future__ import annotations
@@ -15,6 +16,11 @@ from dataclasses import dataclass, field
 from agl.schema import Attempt, LLMCall, Reward, RolloutDetail, Span
 
 Item = Span | LLMCall | Reward
+
+
+# Spans nested deeper than this are shown one level below it, in time order: a chain of 1,000 parent spans made
+# every renderer (each recursive, as trees are) fail with RecursionError
+MAX_DEPTH = 48
 
 
 @dataclass
@@ -92,17 +98,35 @@ def nest(spans: list[Span], calls: list[LLMCall], rewards: list[Reward]) -> list
         children[r.span_id if r.span_id in by_id else None].append(r)
     seen: set[str] = set()
 
-    def build(items: Iterable[Item]) -> list[Node]:
+    def descendants(span_id: str) -> list[Item]:
+        """Everything below a span, flattened (found without recursion)."""
+        out: list[Item] = []
+        stack = list(children.get(span_id, []))
+        while stack:
+            item = stack.pop()
+            if isinstance(item, Span):
+                if item.span_id in seen:
+                    continue
+                seen.add(item.span_id)
+                stack.extend(children.get(item.span_id, []))
+            out.append(item)
+        return out
+
+    def build(items: Iterable[Item], depth: int) -> list[Node]:
         nodes: list[Node] = []
         for item in sorted(items, key=when):
             if isinstance(item, Span):
                 if item.span_id in seen:  # a parent cycle or duplicate id must not recurse forever
                     continue
                 seen.add(item.span_id)
-                nodes.append(Node(item, build(children.get(item.span_id, []))))
+                if depth < MAX_DEPTH:
+                    nodes.append(Node(item, build(children.get(item.span_id, []), depth + 1)))
+                else:
+                    flat = [Node(d) for d in sorted(descendants(item.span_id), key=when)]
+                    nodes.append(Node(item, flat))
             else:
                 nodes.append(Node(item))
         return nodes
 
-    top = build(children[None])
-    return top + build([s for s in spans if s.span_id not in seen])
+    top = build(children[None], 1)
+    return top + build([s for s in spans if s.span_id not in seen], 1)

@@ -135,7 +135,8 @@ class EnqueueRequest(_Model):
     mode: Literal["train", "eval"] = "train"
     step: Seq | None = None
     max_attempts: int = Field(default=3, ge=1, le=100)
-    timeout_s: float | None = Field(default=None, gt=0, le=10 * 365 * 86400)
+    # at least 1 ms: 1e-300 passed `gt=0` and timed every attempt out before it started
+    timeout_s: float | None = Field(default=None, ge=0.001, le=10 * 365 * 86400)
     metadata: dict[str, Json] = Field(default_factory=dict)
 
 

@@ -53,6 +53,7 @@ from agl.server.middleware import (
     BearerTokenMiddleware,
     BodySizeLimitMiddleware,
     BrowserGuardMiddleware,
+    DashboardHeadersMiddleware,
     Inflated,
     inflate,
 )
@@ -223,6 +224,7 @@ class Server:
 
     def build_app(self) -> Any:
         app: Any = ProxyFastPath(self.app, self.proxy)
+        app = DashboardHeadersMiddleware(app)
         app = BodySizeLimitMiddleware(app, self.settings.max_body_bytes)
         app = BrowserGuardMiddleware(app, allowed_host_names(self.settings))
         if self.settings.token:  # without the token nothing else is revealed

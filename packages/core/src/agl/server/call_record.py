@@ -236,11 +236,35 @@ _FIELD_TYPES: dict[str, tuple[tuple[type, ...], str]] = {
 }
 
 
+# JSON nesting a request may have: orjson writes at most 255 levels, so a request nested deeper could be answered
+# and then not stored; nothing a model is sent needs more than a few
+MAX_JSON_DEPTH = 64
+
+
+def too_deep(value: Any, limit: int = MAX_JSON_DEPTH) -> bool:
+    """Whether `value` nests lists and objects more than `limit` levels deep (walked without recursion)."""
+    stack: list[tuple[Any, int]] = [(value, 1)]
+    while stack:
+        item, depth = stack.pop()
+        if isinstance(item, dict):
+            children: Any = item.values()
+        elif isinstance(item, list):
+            children = item
+        else:
+            continue
+        if depth > limit:
+            return True
+        stack.extend((child, depth + 1) for child in children if isinstance(child, (dict, list)))
+    return False
+
+
 def request_problem(body: Any) -> str | None:
     """Why a chat request cannot be forwarded and recorded faithfully, or None. Checked before anything is
     sent: a request the store could not record must be refused, not answered and then lost."""
     if not isinstance(body, dict):
         return "request body must be a JSON object"
+    if too_deep(body):
+        return f"request body nests lists and objects more than {MAX_JSON_DEPTH} levels deep"
     messages = body.get("messages")
     if not isinstance(messages, list):
         return "request body must be a JSON object with a 'messages' list"

@@ -26,7 +26,7 @@ from starlette.responses import Response, StreamingResponse
 from agl import protocol
 from agl.schema import ModelVersion
 from agl.server import responses as responses_api
-from agl.server.call_record import CallRecord, request_problem
+from agl.server.call_record import MAX_JSON_DEPTH, CallRecord, request_problem, too_deep
 from agl.store import Store
 from agl.tracing import attributes as attr
 
@@ -175,6 +175,12 @@ class LLMProxy:
             return openai_error(400, f"request body is not valid JSON: {exc}", "invalid_request_error")
         if not isinstance(body, dict):
             return openai_error(400, "the request body must be a JSON object", "invalid_request_error")
+        if too_deep(body):  # before translation: the answer echoes parts of the request
+            return openai_error(
+                400,
+                f"request body nests lists and objects more than {MAX_JSON_DEPTH} levels deep",
+                "invalid_request_error",
+            )
         try:
             chat = responses_api.to_chat(body)
         except responses_api.ResponsesRequestError as exc:

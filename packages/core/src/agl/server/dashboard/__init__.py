@@ -23,6 +23,7 @@ from agl.server.dashboard import pages, queries, run_files
 from agl.store import NotFoundError
 
 _STATIC = {"app.css": "text/css; charset=utf-8", "app.js": "text/javascript; charset=utf-8"}
+_PAGE_METHODS = ["GET", "HEAD"]  # browsers and link checkers ask with HEAD too
 _AGENTS_TTL_S = 10.0  # the agent list scans every stored call: recomputed at most this often
 
 
@@ -40,13 +41,13 @@ def add_routes(app: FastAPI, server: Any) -> None:
     def html(text: str) -> HTMLResponse:
         return HTMLResponse(text, headers={"cache-control": "no-store"})
 
-    @app.get("/ui", include_in_schema=False)
+    @app.api_route("/ui", methods=_PAGE_METHODS, include_in_schema=False)
     async def overview_page() -> Response:
         counts = await run_in_threadpool(queries.overview, store_path)
         curve = await run_in_threadpool(run_files.curve, run_dir)
         return html(pages.overview(run_dir.name, counts, curve))
 
-    @app.get("/ui/rollouts", include_in_schema=False)
+    @app.api_route("/ui/rollouts", methods=_PAGE_METHODS, include_in_schema=False)
     async def rollouts_page(
         status: str | None = None,
         mode: str | None = None,
@@ -64,7 +65,7 @@ def add_routes(app: FastAPI, server: Any) -> None:
         names = await run_in_threadpool(agent_names)
         return html(pages.rollouts(page, flt, names, first_page=not after))
 
-    @app.get("/ui/rollouts/{rollout_id}", include_in_schema=False)
+    @app.api_route("/ui/rollouts/{rollout_id}", methods=_PAGE_METHODS, include_in_schema=False)
     async def rollout_page(rollout_id: str) -> Response:
         try:
             detail = await run_in_threadpool(server.store.rollout_detail, rollout_id)
@@ -74,7 +75,7 @@ def add_routes(app: FastAPI, server: Any) -> None:
         rows = await run_in_threadpool(run_files.transitions, run_dir, rollout_id, detail.rollout.step)
         return html(pages.rollout(detail, rows))
 
-    @app.get("/ui/static/{name}", include_in_schema=False)
+    @app.api_route("/ui/static/{name}", methods=_PAGE_METHODS, include_in_schema=False)
     async def static(name: str) -> Response:
         if name not in _STATIC:
             return JSONResponse(error_body(f"no static file {name!r}", "invalid_request_error"), status_code=404)
@@ -122,19 +123,11 @@ def _filter(
 ) -> queries.RolloutFilter:
     """Form values (empty means any) as a filter; a value that is not a number where one is needed: ValueError."""
 
-    def number(name: str, value: str | None, kind: type[Any]) -> Any:
-        if not value:
-            return None
-        try:
-            return kind(value)
-        except ValueError:
-            raise ValueError(f"{name} must be a number, got {value!r}") from None
-
     return queries.RolloutFilter(
         status=status or None,
         mode=mode or None,
-        step=number("step", step, int),
+        step=queries.parse_int64("step", step) if step else None,
         agent=agent or None,
-        min_reward=number("min_reward", min_reward, float),
-        max_reward=number("max_reward", max_reward, float),
+        min_reward=queries.parse_float("min_reward", min_reward) if min_reward else None,
+        max_reward=queries.parse_float("max_reward", max_reward) if max_reward else None,
     )

@@ -8,6 +8,8 @@ write.
 
 from __future__ import annotations
 
+import math
+import re
 import sqlite3
 from contextlib import closing
 from dataclasses import dataclass
@@ -76,12 +78,34 @@ def _cursor(created_at: float, rowid: int) -> str:
     return f"{created_at!r}:{rowid}"
 
 
+# ASCII digits only: Python's int() and float() also read other scripts' digits ("１２" is 12)
+_INT = re.compile(r"[+-]?[0-9]+")
+_FLOAT = re.compile(r"[+-]?([0-9]+\.?[0-9]*|\.[0-9]+)([eE][+-]?[0-9]+)?")
+_INT64 = (-(2**63), 2**63 - 1)
+
+
+def parse_int64(name: str, value: str) -> int:
+    """A whole number SQLite can compare with (64 bits), written in ASCII digits; else ValueError naming it."""
+    text = value.strip()
+    if not _INT.fullmatch(text) or not _INT64[0] <= int(text) <= _INT64[1]:
+        raise ValueError(f"{name} must be a whole number between -2**63 and 2**63-1, got {value[:40]!r}")
+    return int(text)
+
+
+def parse_float(name: str, value: str) -> float:
+    """A finite number written in ASCII; else ValueError naming it."""
+    text = value.strip()
+    if not _FLOAT.fullmatch(text) or not math.isfinite(float(text)):
+        raise ValueError(f"{name} must be a finite number, got {value[:40]!r}")
+    return float(text)
+
+
 def _parse_cursor(cursor: str) -> tuple[float, int]:
     created, _, rowid = cursor.rpartition(":")
     try:
-        return float(created), int(rowid)
+        return parse_float("created", created), parse_int64("rowid", rowid)
     except ValueError:
-        raise ValueError(f"not a page cursor: {cursor!r}") from None
+        raise ValueError(f"not a page cursor: {cursor[:80]!r}") from None
 
 
 def _row(row: tuple[Any, ...]) -> RolloutRow:
