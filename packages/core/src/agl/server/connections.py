@@ -105,7 +105,7 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
 
     # ------------------------------------------------------------------ connections
 
-    def connection_made(self, transport: Any) -> None:  # type: ignore[override]
+    def connection_made(self, transport: Any) -> None:
         if len(self.connections) >= self.max_connections and not self._shed_a_stalled_connection():
             self._refused = True
             self.events.note(
