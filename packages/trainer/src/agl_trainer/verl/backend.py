@@ -36,7 +36,8 @@ from agl_trainer.policy import PolicyConfig, UpdateStats
 from agl_trainer.verl import import_verl
 from agl_trainer.verl.batch import PackedBatch, pack, per_transition, response_values, to_worker_input
 from agl_trainer.verl.cpu import cpu_micro_batch_tokens, cpu_worker_env, select_cpu_platform_here
-from agl_trainer.verl.loss import NO_DUAL_CLIP, agl_ppo_loss
+from agl_trainer.verl.loss import agl_ppo_loss
+from agl_trainer.verl.settings import VerlProfile, actor_settings, cpu_profile, cuda_profile, root_config, validate
 
 log = logging.getLogger(__name__)
 
@@ -57,6 +58,8 @@ class VerlPolicy:
     with `num_cpus` (default: `workers`) and stopped by `close()`. `initial_adapter`: a peft LoRA folder to start
     from instead of a fresh adapter. `device`: "auto" (CUDA when present), "cpu" or "cuda". `overrides`: verl
     settings under `actor_rollout_ref`, as dotted keys (`{"actor.optim.betas": [0.9, 0.95]}`), applied last.
+    `profile`: precision, checkpointing, attention and token budget (agl_trainer.verl.settings; by default the
+    device's, with `config.micro_batch_tokens` as the budget; `agl train` passes its plan's).
     """
 
     def __init__(
@@ -72,6 +75,7 @@ class VerlPolicy:
         device: str = "auto",
         seed: int = 42,
         overrides: Mapping[str, Any] | None = None,
+        profile: VerlProfile | None = None,
     ) -> None:
         self.verl_version = import_verl()
         if workers < 1:
@@ -82,6 +86,11 @@ class VerlPolicy:
             device = "cuda" if _cuda_available() else "cpu"
         if device not in ("cpu", "cuda"):
             raise ValueError(f"device must be 'auto', 'cpu' or 'cuda', got {device!r}")
+        if profile is None:
+            profile = cuda_profile(config.micro_batch_tokens) if device == "cuda" else cpu_profile(config)
+        elif profile.device != device:
+            raise ValueError(f"a {profile.device} profile for a policy on {device}")
+        self.profile = profile
         self.model_path = Path(model_path)
         self.config = config
         self.workers = workers
@@ -137,71 +146,13 @@ class VerlPolicy:
         self._owns_ray = True
 
     def _verl_config(self, seed: int, overrides: Mapping[str, Any]) -> Any:
-        """verl's `actor_rollout_ref` config: its defaults (the generated PPO trainer config), then agl's."""
-        import verl
-        from omegaconf import OmegaConf
-
-        defaults = Path(verl.__file__).parent / "trainer" / "config" / "_generated_ppo_trainer.yaml"
-        full = OmegaConf.load(defaults)
-        root = OmegaConf.create({"actor_rollout_ref": full.actor_rollout_ref, "global_profiler": full.global_profiler})
-        cfg = self.config
-        tokens = int(cfg.micro_batch_tokens)
-        settings: dict[str, Any] = {
-            "model.path": str(self.model_path),
-            "model.trust_remote_code": False,
-            "model.use_remove_padding": False,  # packed sequences need flash-attn's varlen kernels
-            "model.enable_gradient_checkpointing": False,
-            "model.use_fused_kernels": False,
-            "model.override_config": {"attn_implementation": "sdpa"},
-            "model.lora_rank": cfg.lora_rank if cfg.lora else 0,
-            "model.lora_alpha": cfg.lora_alpha,
-            "model.target_modules": list(cfg.lora_targets),
-            "model.lora_adapter_path": str(self.initial_adapter) if self.initial_adapter else None,
-            "actor.strategy": "fsdp2",
-            "actor.use_torch_compile": False,
-            "actor.fsdp_config.use_torch_compile": False,
-            "actor.fsdp_config.model_dtype": "fp32",
-            "actor.fsdp_config.mixed_precision": {
-                "param_dtype": "fp32",
-                "reduce_dtype": "fp32",
-                "buffer_dtype": "fp32",
-            },
-            "actor.fsdp_config.seed": seed,
-            "actor.optim.lr": cfg.lr,
-            "actor.optim.weight_decay": cfg.weight_decay,
-            "actor.optim.betas": [0.9, 0.999],  # torch's AdamW defaults, as agl's trainer
-            "actor.optim.clip_grad": cfg.max_grad_norm,
-            "actor.optim.lr_scheduler_type": "constant",
-            "actor.optim.lr_warmup_steps": 0,
-            "actor.grad_clip": cfg.max_grad_norm,
-            "actor.clip_ratio": cfg.clip_low,
-            "actor.clip_ratio_low": cfg.clip_low,
-            "actor.clip_ratio_high": cfg.clip_high,
-            "actor.clip_ratio_c": NO_DUAL_CLIP,
-            "actor.loss_agg_mode": "seq-mean-token-mean",
-            "actor.policy_loss.loss_mode": "vanilla",
-            "actor.entropy_coeff": 0.0,
-            "actor.calculate_entropy": False,
-            "actor.use_kl_loss": False,  # the KL term is added by agl_ppo_loss, weighted per transition
-            "actor.kl_loss_coef": cfg.kl_coef,
-            "actor.kl_loss_type": "low_var_kl",
-            "actor.ppo_epochs": 1,
-            "actor.shuffle": False,
-            "actor.use_dynamic_bsz": True,  # micro-batches by token budget, like agl's micro_batch_tokens
-            "actor.ppo_max_token_len_per_gpu": tokens,
-            "actor.checkpoint.save_contents": ["model", "optimizer", "extra"],
-            "actor.checkpoint.load_contents": ["model", "optimizer", "extra"],
-            "actor.checkpoint.save_lora_only": bool(cfg.lora),
-            "rollout.n": 1,
-            "rollout.log_prob_use_dynamic_bsz": True,
-            "rollout.log_prob_max_token_len_per_gpu": tokens,
-            "ref.log_prob_use_dynamic_bsz": True,
-            "ref.log_prob_max_token_len_per_gpu": tokens,
-        }
-        settings.update(overrides)
-        for key, value in settings.items():
-            OmegaConf.update(root, f"actor_rollout_ref.{key}", value, merge=False, force_add=True)
-        OmegaConf.resolve(root)
+        """verl's `actor_rollout_ref` config: its defaults, then agl's settings for this device
+        (agl_trainer.verl.settings, shared with `agl train --plan`), then `overrides`, checked by verl."""
+        settings = actor_settings(
+            self.model_path, self.config, self.profile, seed=seed, initial_adapter=self.initial_adapter
+        )
+        root = root_config(settings, overrides)
+        validate(root, load_tokenizer=True)
         return root
 
     def _start_workers(self) -> None:

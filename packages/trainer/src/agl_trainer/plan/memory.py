@@ -1,0 +1,105 @@
+"""How much memory a training update and a vLLM server take on one GPU: the estimate the plan checks.
+
+The update (verl's FSDP actor, or agl's own trainer: the same model code), per GPU, with `ranks` FSDP shards:
+
+- weights: the frozen base in the compute dtype (LoRA), or fp32 master weights (full fine-tuning), sharded; plus
+  the unsharded compute-dtype copies FSDP gathers for the layers in flight (two: one computing, one prefetched)
+  and, for the root module, the embedding;
+- gradients and AdamW's two moments: 4 + 8 bytes per trainable parameter, sharded;
+- activations for a micro-batch of `tokens`: what one decoder layer keeps for backward is about
+  tokens × (3·hidden + 2·q_dim + 3·intermediate) values for its own operations (RMSNorm, rotary, attention output,
+  the MLP's gate and the two factors of its product; attention keeps no seq² matrix with flash/sdpa kernels), and
+  with full fine-tuning also the inputs of the projections being trained (2·hidden + q_dim + intermediate more):
+  a frozen projection needs no input to compute its input's gradient. With gradient checkpointing only each
+  layer's input is kept, and one layer is recomputed (and differentiated) at a time;
+- logits: tokens × vocab values in the compute dtype, and in fp32 their copy, log-softmax, the gradient the
+  gather sends back and the log-softmax's own gradient (c + 12 bytes each), unless a fused kernel computes the
+  token log-probs without them;
+- the CUDA context and allocator slack.
+
+vLLM takes `gpu_memory_utilization` × the GPU's memory while awake (weights, KV cache, CUDA graphs), and about the
+CUDA context and graphs while asleep (sleep mode level 1 offloads the weights and drops the KV cache).
+
+`tests` check the formula against a peak measured on this machine's CPU for the bundled model in fp32.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from agl_trainer.plan.model_shape import ModelShape
+
+GIB = float(2**30)
+CUDA_CONTEXT_GIB = 1.0  # per process holding a CUDA context (torch + NCCL), as nvidia-smi shows it
+ALLOCATOR_SLACK = 0.10  # fragmentation of PyTorch's caching allocator, on top of what is live
+VLLM_ASLEEP_GIB = 1.5  # a sleeping vLLM: its CUDA context and graphs stay
+
+
+@dataclass(frozen=True)
+class UpdateSetup:
+    shape: ModelShape
+    tokens: int  # micro-batch token budget per GPU (verl's ppo_max_token_len_per_gpu)
+    ranks: int = 1  # FSDP shards of the actor
+    lora: bool = True
+    lora_rank: int = 16
+    lora_targets: tuple[str, ...] = ("q_proj", "k_proj", "v_proj", "o_proj")
+    compute_bytes: int = 2  # bf16 on CUDA; 4 for fp32 (a CPU)
+    gradient_checkpointing: bool = True
+    fused_logprobs: bool = False
+    cuda: bool = True  # a CUDA context and the caching allocator's slack
+
+    @property
+    def trainable(self) -> int:
+        if self.lora:
+            return self.shape.lora_params(self.lora_rank, self.lora_targets)
+        return self.shape.params
+
+
+def update_memory(setup: UpdateSetup) -> dict[str, float]:
+    """Each part of an update's peak on one GPU, in GiB, and their `total`."""
+    s, c = setup.shape, setup.compute_bytes
+    gathered = (2 * s.layer_params + s.vocab * s.hidden) * c if setup.ranks > 1 else 0
+    base = s.params * (c if setup.lora else 4) / setup.ranks
+    q_dim = s.heads * s.head_dim
+    values = 3 * s.hidden + 2 * q_dim + 3 * s.intermediate  # what the layer's own operations need for backward
+    if not setup.lora:
+        values += 2 * s.hidden + q_dim + s.intermediate  # trained projections also keep their inputs
+    per_layer = setup.tokens * values * c
+    if setup.gradient_checkpointing:
+        activations = s.layers * setup.tokens * s.hidden * c + 2 * per_layer
+    else:
+        activations = s.layers * per_layer + per_layer  # + the layer whose gradients are being computed
+    logits = setup.tokens * s.vocab * (c if setup.fused_logprobs else c + 12)
+    parts = {
+        "weights": (base + gathered + (setup.trainable * 4 / setup.ranks if setup.lora else 0)) / GIB,
+        "gradients": setup.trainable * 4 / setup.ranks / GIB,
+        "optimizer": setup.trainable * 8 / setup.ranks / GIB,
+        "activations": activations / GIB,
+        "logits": logits / GIB,
+    }
+    live = sum(parts.values())
+    parts["cuda_context_and_slack"] = (CUDA_CONTEXT_GIB + ALLOCATOR_SLACK * live) if setup.cuda else 0.0
+    parts["total"] = sum(parts.values())
+    return {k: round(v, 3) for k, v in parts.items()}
+
+
+def vllm_kv_bytes_per_token(shape: ModelShape, tensor_parallel: int, kv_bytes: int = 2) -> float:
+    """KV cache per token on one GPU of a vLLM server: keys and values of every layer, split over TP ranks."""
+    return 2 * shape.layers * shape.kv_dim * kv_bytes / tensor_parallel
+
+
+def vllm_memory(
+    shape: ModelShape, *, gpu_memory_gib: float, utilization: float, tensor_parallel: int
+) -> dict[str, float]:
+    """What a vLLM server holds on each of its GPUs while awake, in GiB, and how many tokens its KV cache holds."""
+    budget = utilization * gpu_memory_gib
+    weights = shape.params * 2 / tensor_parallel / GIB
+    workspace = 1.5 + CUDA_CONTEXT_GIB  # activations of the largest batch, CUDA graphs, the context
+    kv = max(0.0, budget - weights - workspace)
+    return {
+        "budget": round(budget, 3),
+        "weights": round(weights, 3),
+        "workspace": round(workspace, 3),
+        "kv_cache": round(kv, 3),
+        "kv_tokens": int(kv * GIB / vllm_kv_bytes_per_token(shape, tensor_parallel)),
+    }
