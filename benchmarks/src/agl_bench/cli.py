@@ -12,6 +12,7 @@ import click
 from agl_bench.recipes import CPU_DEFAULTS
 from agl_bench.task import TASKS
 from agl_trainer.options import build_config, click_options, merge
+from agl_trainer.plan.cli import plan_options, pop_plan_flags, print_plan
 
 
 def _load(task_name: str, split: str | None, data: str | None, limit: int | None, default: str) -> tuple[Any, str, Any]:
@@ -189,6 +190,7 @@ def eval_command(
     "trainer",
     "trainer_workers",
     "ray_address",
+    "rollout_gpus",
     "per_agent_policies",
     "log_to",
     "resume",
@@ -196,6 +198,7 @@ def eval_command(
 )
 @DATA_OPTION
 @SET_OPTION
+@plan_options
 def train_command(
     task_name: str,
     agents: str | None,
@@ -215,6 +218,7 @@ def train_command(
     from agl_trainer.backends import EngineError
     from agl_trainer.loop import TrainingRun
 
+    plan_flags = pop_plan_flags(flags)
     task, train_split, train_rows = _load(task_name, train_split, data, train_limit, "{train}")
     _, eval_split, eval_rows = _load(task_name, eval_split, data, eval_limit, "{eval}")
     try:
@@ -233,6 +237,9 @@ def train_command(
     )
     try:
         config = build_config(task.agent, options, where=f"recipe {recipe}")
+        if plan_flags["plan"]:
+            print_plan(config, plan_flags)
+            return
         TrainingRun(config, air_rules=task.air_rules()).run()
     except (ValueError, FileNotFoundError, EngineError) as exc:
         raise click.ClickException(str(exc)) from exc

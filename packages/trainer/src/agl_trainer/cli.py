@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import logging
+from typing import Any
 
 import click
 
 from agl_trainer.options import build_config, click_options, merge, read_option_file
+from agl_trainer.plan.cli import plan_options, pop_plan_flags, print_plan
 
 
 @click.command()
@@ -98,6 +100,7 @@ def _read_tasks(path: str, what: str) -> list[object]:
     "trainer",
     "trainer_workers",
     "ray_address",
+    "rollout_gpus",
     "lr",
     "full_finetune",
     "kl_coef",
@@ -110,13 +113,14 @@ def _read_tasks(path: str, what: str) -> list[object]:
     "log_to",
     "resume",
 )
+@plan_options
 def train(
     agent: str | None,
     example: str | None,
     tasks_file: str | None,
     eval_file: str | None,
     config_file: str | None,
-    **flags: object,
+    **flags: Any,
 ) -> None:
     """Train the LLM inside AGENT (`module:function` or `path/file.py:function`, decorated with @agl.rollout)
     with LightningRL: rollouts through the proxy, credit assignment, policy updates, held-out evaluation.
@@ -128,6 +132,7 @@ def train(
     from agl_trainer.backends import EngineError
     from agl_trainer.loop import TrainingRun
 
+    plan_flags = pop_plan_flags(flags)
     try:
         options = merge(read_option_file(config_file) if config_file else None, flags)
     except ValueError as exc:
@@ -155,6 +160,9 @@ def train(
     options.setdefault("run_dir", Path("runs") / f"train-{name}-{time.strftime('%Y%m%d-%H%M%S')}")
     try:
         config = build_config(agent, options, where=config_file or "the options")
+        if plan_flags["plan"]:
+            print_plan(config, plan_flags)
+            return
         TrainingRun(config).run()
     except (ValueError, FileNotFoundError, EngineError) as exc:
         raise click.ClickException(str(exc)) from exc

@@ -57,6 +57,12 @@ class TrainConfig:
     trainer: str = "agl"
     trainer_workers: int = 1  # verl: data-parallel ranks (FSDP2)
     ray_address: str | None = None  # verl: join this Ray cluster; None: a local Ray agl starts and stops
+    # on GPUs with --engine vllm: GPUs of each node kept for vLLM (0: vLLM shares every GPU with the trainer, in
+    # sleep mode during updates; agl_trainer.plan.layout)
+    rollout_gpus: int = 0
+    # verl settings under actor_rollout_ref as KEY=VALUE (`actor.optim.betas=[0.9,0.95]`), applied after agl's,
+    # checked by verl's dataclasses (agl_trainer.verl.settings)
+    verl_set: tuple[str, ...] = ()
     policy: PolicyConfig = field(default_factory=PolicyConfig)
     workers: int = 2
     concurrency: int = 8
@@ -102,6 +108,12 @@ class TrainConfig:
             problems.append(f"trainer_workers must be ≥ 1, got {self.trainer_workers}")
         if self.trainer != "verl" and (self.trainer_workers != 1 or self.ray_address):
             problems.append("trainer_workers and ray_address are verl's: give them with trainer 'verl'")
+        if self.trainer != "verl" and self.verl_set:
+            problems.append("verl_set changes verl's settings: give it with trainer 'verl'")
+        if int(self.rollout_gpus) < 0:
+            problems.append(f"rollout_gpus must be ≥ 0, got {self.rollout_gpus}")
+        if self.rollout_gpus and self.engine != "vllm":
+            problems.append("rollout_gpus gives GPUs to vLLM: give it with engine 'vllm'")
         if self.trainer == "verl" and self.per_agent_policies:
             problems.append("per_agent_policies is not supported with trainer 'verl' yet: one policy for all agents")
         if self.engine_url and self.engine == "vllm":

@@ -88,6 +88,11 @@ SPECS: dict[str, Spec] = {
         Spec("trainer_workers", "verl: data-parallel ranks (FSDP2) of the update."),
         Spec("ray_address", "verl: join this Ray cluster (multi-node); default: a local Ray agl starts.", type=str),
         Spec(
+            "rollout_gpus",
+            "GPUs of each node kept for vLLM (--engine vllm); 0: vLLM shares every GPU with the trainer, asleep "
+            "during updates.",
+        ),
+        Spec(
             "log_to",
             "Experiment trackers that also get the metrics, curve and eval samples: mlflow, tensorboard, wandb "
             "(comma-separated; each an optional extra: pip install 'agl-trainer[trackers]').",
@@ -203,6 +208,9 @@ def build_config(agent: str, options: Mapping[str, Any], *, where: str = "the op
         policy["lora"] = False
     if "lora_targets" in policy:
         policy["lora_targets"] = tuple(policy["lora_targets"])
+    if "verl_set" in options:
+        value = options["verl_set"]
+        options["verl_set"] = (value,) if isinstance(value, str) else tuple(str(v) for v in value)
     if "run_dir" in options:
         options["run_dir"] = Path(str(options["run_dir"]))
     return TrainConfig(agent=agent, policy=PolicyConfig(**policy), **options)

@@ -126,9 +126,67 @@ class VLLMSettings:
     cpu_layout: bool = True  # on a CPU: one process, unpinned threads, grouped LoRA products (see above)
     cpu_threads: int = 0  # OpenMP threads of the one-process layout (0: every core)
     gpu_memory_utilization: float = 0.5
+    # on GPUs (agl_trainer.plan): the tool-call format of the model's family, the longest sequence served (vLLM's
+    # default is the model's maximum, 131,072 for Llama 3.x, whose KV cache would not fit), parallelism, and the
+    # sleep mode that frees the GPU for the update when vLLM shares it with the trainer
+    tool_parser: str = "hermes"
+    max_model_len: int | None = None
+    tensor_parallel: int = 1
+    data_parallel: int = 1
+    sleep_mode: bool = False
     host: str = "127.0.0.1"
     port: int = 0  # 0: a free one
     extra_args: Sequence[str] = field(default_factory=list)
+
+
+def vllm_argv(s: VLLMSettings, python: str, port: int | str, template_path: Path | None) -> list[str]:
+    """The command line of the vLLM server `s` describes (`template_path`: where its chat template is written)."""
+    cmd = [python, "-m", "vllm.entrypoints.openai.api_server"]
+    cmd += ["--model", str(s.model), "--served-model-name", SERVED_BASE]
+    cmd += ["--host", s.host, "--port", str(port), "--dtype", s.dtype]
+    cmd += ["--logprobs-mode", "processed_logprobs"]
+    cmd += ["--generation-config", "vllm"]
+    cmd += ["--override-generation-config", json.dumps({"max_new_tokens": s.default_max_tokens})]
+    cmd += ["--enable-auto-tool-choice", "--tool-call-parser", s.tool_parser]
+    if template_path is not None:
+        cmd += ["--chat-template", str(template_path), "--chat-template-content-format", "string"]
+    if s.lora_adapters:
+        cmd += ["--enable-lora", "--max-lora-rank", str(lora_rank_slot(s.lora_rank))]
+        cmd += ["--max-loras", str(2 * s.lora_adapters)]  # the current version of each adapter and the last
+    on_gpu = s.device.startswith("cuda")
+    if on_gpu:
+        cmd += ["--gpu-memory-utilization", str(s.gpu_memory_utilization)]
+    else:
+        cmd += ["--kv-cache-memory-bytes", str(int(s.cpu_kv_cache_gib * 2**30))]
+    if s.max_model_len is not None:
+        cmd += ["--max-model-len", str(s.max_model_len)]
+    if s.tensor_parallel > 1:
+        cmd += ["--tensor-parallel-size", str(s.tensor_parallel)]
+    if s.data_parallel > 1:
+        cmd += ["--data-parallel-size", str(s.data_parallel)]
+    if s.sleep_mode:
+        cmd += ["--enable-sleep-mode"]
+    if s.cpu_layout and not on_gpu:
+        cmd += ["--distributed-executor-backend", "uni"]
+    cmd += ["--disable-uvicorn-access-log"]
+    return [*cmd, *s.extra_args, *shlex.split(os.environ.get(ENV_ARGS, ""))]
+
+
+def vllm_env_changes(s: VLLMSettings, cpu_threads: int | None = None) -> dict[str, str]:
+    """The environment variables agl sets for the vLLM server `s` describes (the rest is inherited, less the
+    trainer's PYTHONPATH, PYTHONHOME and VIRTUAL_ENV)."""
+    env: dict[str, str] = {}
+    if s.lora_adapters:
+        env["VLLM_ALLOW_RUNTIME_LORA_UPDATING"] = "True"
+    if s.full_weights_reload or s.sleep_mode:
+        # /collective_rpc (reload_weights), /reset_prefix_cache, and /sleep, /wake_up
+        env["VLLM_SERVER_DEV_MODE"] = "1"
+    if s.cpu_layout and not s.device.startswith("cuda"):
+        env["PYTHONPATH"] = str(CPU_PLUGIN_PATH)
+        env["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"
+        env["VLLM_CPU_OMP_THREADS_BIND"] = "nobind"
+        env["OMP_NUM_THREADS"] = str(cpu_threads or s.cpu_threads or os.cpu_count() or 1)
+    return env
 
 
 class VLLMServer:
@@ -155,43 +213,17 @@ class VLLMServer:
 
     def command(self) -> list[str]:
         s = self.settings
-        cmd = [str(self.python), "-m", "vllm.entrypoints.openai.api_server"]
-        cmd += ["--model", str(s.model), "--served-model-name", SERVED_BASE]
-        cmd += ["--host", s.host, "--port", str(self.port), "--dtype", s.dtype]
-        cmd += ["--logprobs-mode", "processed_logprobs"]
-        cmd += ["--generation-config", "vllm"]
-        cmd += ["--override-generation-config", json.dumps({"max_new_tokens": s.default_max_tokens})]
-        cmd += ["--enable-auto-tool-choice", "--tool-call-parser", "hermes"]
+        template = None
         if s.chat_template is not None:
             template = s.log_path.parent / "vllm_chat_template.jinja"
             template.write_text(s.chat_template)
-            cmd += ["--chat-template", str(template), "--chat-template-content-format", "string"]
-        if s.lora_adapters:
-            cmd += ["--enable-lora", "--max-lora-rank", str(lora_rank_slot(s.lora_rank))]
-            cmd += ["--max-loras", str(2 * s.lora_adapters)]  # the current version of each adapter and the last
-        if s.device.startswith("cuda"):
-            cmd += ["--gpu-memory-utilization", str(s.gpu_memory_utilization)]
-        else:
-            cmd += ["--kv-cache-memory-bytes", str(int(s.cpu_kv_cache_gib * 2**30))]
-        if self.uses_cpu_layout:
-            cmd += ["--distributed-executor-backend", "uni"]
-        cmd += ["--disable-uvicorn-access-log"]
-        cmd += [*s.extra_args, *shlex.split(os.environ.get(ENV_ARGS, ""))]
-        return cmd
+        return vllm_argv(s, str(self.python), self.port, template)
 
     def environment(self) -> dict[str, str]:
         env = dict(os.environ)
         for key in ("PYTHONPATH", "PYTHONHOME", "VIRTUAL_ENV"):  # the trainer's, not vLLM's
             env.pop(key, None)
-        if self.settings.lora_adapters:
-            env["VLLM_ALLOW_RUNTIME_LORA_UPDATING"] = "True"
-        if self.settings.full_weights_reload:
-            env["VLLM_SERVER_DEV_MODE"] = "1"  # /collective_rpc (reload_weights) and /reset_prefix_cache
-        if self.uses_cpu_layout:
-            env["PYTHONPATH"] = str(CPU_PLUGIN_PATH)
-            env["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"
-            env["VLLM_CPU_OMP_THREADS_BIND"] = "nobind"
-            env["OMP_NUM_THREADS"] = str(self.settings.cpu_threads or os.cpu_count() or 1)
+        env.update(vllm_env_changes(self.settings))
         env.setdefault("VLLM_NO_USAGE_STATS", "1")
         env.setdefault("VLLM_DO_NOT_TRACK", "1")
         return env

@@ -1,0 +1,346 @@
+"""`agl train --plan`: everything a run would start, resolved without loading weights or starting a process.
+
+The plan is one JSON object:
+
+- `model`: the shape read from config.json (parameters, layers, vocabulary, family);
+- `placement`: the layout (colocated or split, and why) and the trainer's GPUs on each node;
+- `vllm`: each server's exact command line (`argv`) and the environment variables agl sets (`env`);
+- `verl`: the profile, agl's settings and the whole config handed to verl, validated by verl's dataclasses;
+- `memory`: per GPU, each part of the update, each phase's total, `peak_gib_per_gpu` and `fits`;
+- `warnings`: each with what to change; `fits` false comes with the knob that would make it fit (`refusal`).
+
+A real run on CUDA writes the same object to `<run_dir>/plan.json` before it starts anything.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+from agl_trainer.config import TrainConfig
+from agl_trainer.plan.hardware import Hardware
+from agl_trainer.plan.layout import Layout, choose_layout
+from agl_trainer.plan.memory import CUDA_CONTEXT_GIB, VLLM_ASLEEP_GIB, UpdateSetup, update_memory
+from agl_trainer.plan.model_shape import ModelShape, read_shape
+from agl_trainer.plan.tool_parsers import tool_parser
+
+HEADROOM = 0.92  # of a GPU's memory a plan may use: the rest absorbs what the estimate does not model
+MAX_TOKEN_BUDGET = 65_536
+FLASH_ATTN_HINT = (
+    "pip install flash-attn --no-build-isolation (a build for the installed torch; see the README's CUDA "
+    "environment): remove-padding then packs sequences without pad tokens"
+)
+
+
+@dataclasses.dataclass
+class PlanRequest:
+    config: TrainConfig
+    hardware: Hardware
+    rollout_gpus: int | None = None
+    verl_overrides: dict[str, Any] = dataclasses.field(default_factory=dict)
+    flash_attention: bool | None = None  # None: whether flash-attn imports here
+
+
+def _has_tokenizer(path: Path) -> bool:
+    return (path / "tokenizer.json").is_file() or (path / "tokenizer_config.json").is_file()
+
+
+def _template_renders_tools(path: Path) -> bool | None:
+    """Whether the model's own chat template renders tools (read from tokenizer_config.json), None: unknown."""
+    config = path / "tokenizer_config.json"
+    if not config.is_file():
+        return None
+    template = json.loads(config.read_text()).get("chat_template")
+    if isinstance(template, list):  # named templates
+        template = next((t.get("template") for t in template if t.get("name") == "default"), None)
+    return None if not isinstance(template, str) else "tools" in template
+
+
+def _update_setup(req: PlanRequest, shape: ModelShape, tokens: int, ranks: int) -> UpdateSetup:
+    policy = req.config.policy
+    return UpdateSetup(
+        shape,
+        tokens,
+        ranks=ranks,
+        lora=policy.lora,
+        lora_rank=policy.lora_rank,
+        lora_targets=tuple(policy.lora_targets),
+        compute_bytes=2,
+        # verl's CUDA profile checkpoints; agl's own trainer keeps every layer's activations
+        gradient_checkpointing=req.config.trainer == "verl",
+    )
+
+
+def _phases(req: PlanRequest, shape: ModelShape, layout: Layout, update_total: float) -> dict[str, float]:
+    """Each phase's memory on the busiest GPU, in GiB."""
+    cfg = req.config
+    if layout.vllm is None:  # agl's embedded engine: the model the trainer updates is the one it generates with
+        kv_per_token = 2 * shape.layers * shape.kv_dim * 2
+        engine = cfg.max_batch * cfg.max_transition_tokens * kv_per_token / 2**30
+        weights = shape.params * 2 / 2**30
+        logits = cfg.max_batch * cfg.max_transition_tokens * shape.vocab * 6 / 2**30  # prefill logits, bf16 + fp32
+        return {"rollouts": CUDA_CONTEXT_GIB + weights + engine + logits, "update": update_total}
+    budget = layout.vllm.memory["budget"]
+    if layout.mode == "split":
+        return {"rollouts (vLLM's GPUs)": budget, "update (the trainer's GPUs)": update_total}
+    # colocated: the trainer's state is in host memory during rollouts (agl's own trainer keeps its weights)
+    resident = CUDA_CONTEXT_GIB + (0.0 if cfg.trainer == "verl" else shape.params * 2 / 2**30)
+    return {"rollouts": budget + resident, "update": update_total + VLLM_ASLEEP_GIB}
+
+
+def _token_budget(req: PlanRequest, shape: ModelShape, layout: Layout, ranks: int, longest: int) -> int:
+    """The largest token budget (a power of two, at least the longest transition) whose update fits; the
+    longest transition if none does (the plan then says it does not fit)."""
+    cfg = req.config
+    if cfg.trainer != "verl":
+        return max(int(cfg.policy.micro_batch_tokens), longest)
+    limit = HEADROOM * req.hardware.gpu_memory_gib
+    best = longest
+    tokens = 1024
+    while tokens <= MAX_TOKEN_BUDGET:
+        if tokens >= longest:
+            total = update_memory(_update_setup(req, shape, tokens, ranks))["total"]
+            if max(_phases(req, shape, layout, total).values()) <= limit:
+                best = tokens
+        tokens *= 2
+    return best
+
+
+def _vllm_servers(
+    req: PlanRequest, path: Path, shape: ModelShape, layout: Layout, longest: int
+) -> list[dict[str, Any]]:
+    from agl_trainer.vllm_server import VLLMNotFound, VLLMSettings, find_vllm_python, vllm_argv, vllm_env_changes
+
+    assert layout.vllm is not None
+    cfg = req.config
+    try:
+        python = str(find_vllm_python(cfg.vllm_python))
+    except VLLMNotFound:
+        python = "python"  # on the machine that runs it: an environment with vllm (make vllm)
+    renders = _template_renders_tools(path)
+    parser = tool_parser(shape, template_renders_tools=renders)
+    adapters = 0
+    if cfg.policy.lora:
+        adapters = len({a for a in (cfg.train_agents or "").split(",") if a}) if cfg.per_agent_policies else 1
+    settings = VLLMSettings(
+        model=path,
+        log_path=Path(cfg.run_dir) / "logs" / "vllm.log",
+        python=python,
+        dtype="bfloat16",
+        device="cuda",
+        lora_adapters=adapters,
+        lora_rank=cfg.policy.lora_rank,
+        full_weights_reload=not cfg.policy.lora,
+        gpu_memory_utilization=layout.vllm.utilization,
+        tool_parser=parser.parser,
+        max_model_len=longest,
+        tensor_parallel=layout.vllm.tensor_parallel,
+        data_parallel=layout.vllm.data_parallel,
+        sleep_mode=layout.mode == "colocated",
+    )
+    template = Path(cfg.run_dir) / "logs" / "vllm_chat_template.jinja" if renders is False else None
+    servers = []
+    for node in range(layout.vllm.nodes):
+        servers.append(
+            {
+                "node": node,
+                "gpus": layout.vllm.gpus_per_server,
+                "tool_parser": dataclasses.asdict(parser),
+                "argv": vllm_argv(settings, python, "<free port>", template),
+                "env": vllm_env_changes(settings),
+            }
+        )
+    return servers
+
+
+def _verl(req: PlanRequest, path: Path, tokens: int, warnings: list[dict[str, str]]) -> dict[str, Any]:
+    from agl_trainer.verl import VerlUnavailable, require_verl
+    from agl_trainer.verl.settings import actor_settings, cuda_profile, root_config, validate
+
+    cfg = req.config
+    profile = cuda_profile(tokens, flash_attention=req.flash_attention)
+    if not profile.remove_padding:
+        warnings.append(
+            {
+                "message": "flash-attn is not installed: verl will attend with sdpa over padded batches",
+                "change": FLASH_ATTN_HINT,
+            }
+        )
+    settings = actor_settings(path, cfg.policy, profile, seed=cfg.seed)
+    out: dict[str, Any] = {
+        "profile": dataclasses.asdict(profile),
+        "settings": settings,
+        "overrides": req.verl_overrides,
+    }
+    try:
+        out["version"] = require_verl()
+    except VerlUnavailable as exc:
+        out["validated"] = False
+        warnings.append(
+            {"message": f"verl's config was not validated: {exc}", "change": 'pip install "agl-trainer[verl]"'}
+        )
+        return out
+    from omegaconf import OmegaConf
+
+    root = root_config(settings, req.verl_overrides)
+    validate(root, load_tokenizer=_has_tokenizer(path))
+    out["validated"] = True
+    out["config"] = OmegaConf.to_container(root.actor_rollout_ref, resolve=True)
+    return out
+
+
+def make_plan(req: PlanRequest) -> dict[str, Any]:
+    """The plan of `req.config` on `req.hardware` (see the module's docstring)."""
+    from agl_trainer.models import resolve_model
+
+    cfg, hw = req.config, req.hardware
+    hw.validate()
+    path = resolve_model(cfg.model)
+    shape = read_shape(path)
+    warnings: list[dict[str, str]] = []
+    longest = cfg.max_transition_tokens
+    if longest > shape.max_positions:
+        warnings.append(
+            {
+                "message": f"max_transition_tokens {longest} is past the model's {shape.max_positions} positions",
+                "change": f"max_transition_tokens = {shape.max_positions} (in --config)",
+            }
+        )
+        longest = shape.max_positions
+    ranks = cfg.trainer_workers if cfg.trainer == "verl" else 1
+    vllm = cfg.engine == "vllm" and cfg.engine_url is None
+    layout = choose_layout(shape, hw, ranks=ranks, rollout_gpus=req.rollout_gpus, max_model_len=longest, vllm=vllm)
+    trainer_gpus = sum(layout.trainer_gpus_per_node)
+    if cfg.trainer == "verl" and trainer_gpus < hw.gpus - (req.rollout_gpus or 0) * hw.nodes:
+        free = hw.gpus - (req.rollout_gpus or 0) * hw.nodes
+        warnings.append(
+            {
+                "message": f"the trainer uses {trainer_gpus} of {free} GPUs it could use; the rest idle during updates",
+                "change": f"--trainer-workers {free}",
+            }
+        )
+    if hw.nodes > 1 and not cfg.ray_address:
+        warnings.append(
+            {
+                "message": f"{hw.nodes} nodes need a Ray cluster spanning them",
+                "change": "start Ray on each node (ray start --head / --address) and pass --ray-address",
+            }
+        )
+    if not vllm and shape.params > 3e9:
+        warnings.append(
+            {
+                "message": "agl's embedded engine generates token by token in Python: slow for a model this size",
+                "change": "--engine vllm",
+            }
+        )
+    tokens = _token_budget(req, shape, layout, ranks, longest)
+    parts = update_memory(_update_setup(req, shape, tokens, ranks))
+    phases = _phases(req, shape, layout, parts["total"])
+    peak = max(phases.values())
+    limit = HEADROOM * hw.gpu_memory_gib
+    reasons = []
+    if layout.vllm is not None and layout.vllm.memory["kv_tokens"] < longest:
+        reasons.append(_vllm_knob(shape, hw, layout, longest))
+    if peak > limit:
+        reasons.append(_knob(req, shape, layout, longest, peak, limit))
+    fits = not reasons
+    refusal = "; ".join(reasons) or None
+    plan: dict[str, Any] = {
+        "agl_plan": 1,
+        "hardware": dataclasses.asdict(hw),
+        "model": {
+            "path": str(path),
+            "model_type": shape.model_type,
+            "params_b": round(shape.params / 1e9, 3),
+            "layers": shape.layers,
+            "hidden": shape.hidden,
+            "vocab": shape.vocab,
+            "max_positions": shape.max_positions,
+        },
+        "run": {
+            "trainer": cfg.trainer,
+            "engine": cfg.engine,
+            "lora": cfg.policy.lora,
+            "trainer_workers": ranks,
+            "max_transition_tokens": longest,
+        },
+        "placement": {
+            "mode": layout.mode,
+            "why": layout.why,
+            "gpus_per_node": layout.trainer_gpus_per_node,
+            "vllm": None if layout.vllm is None else dataclasses.asdict(layout.vllm),
+        },
+        "vllm": _vllm_servers(req, path, shape, layout, longest) if vllm else [],
+        "verl": _verl(req, path, tokens, warnings) if cfg.trainer == "verl" else None,
+        "memory": {
+            "gpu_memory_gib": hw.gpu_memory_gib,
+            "usable_gib": round(limit, 2),
+            "token_budget": tokens,
+            "update": parts,
+            "phases": {k: round(v, 2) for k, v in phases.items()},
+            "peak_gib_per_gpu": round(peak, 2),
+            "fits": fits,
+        },
+        "warnings": warnings,
+        "fits": fits,
+        "refusal": refusal,
+    }
+    return plan
+
+
+def _vllm_knob(shape: ModelShape, hw: Hardware, layout: Layout, longest: int) -> str:
+    """Why vLLM cannot serve on the GPUs it has, and how many it needs."""
+    from agl_trainer.plan.memory import vllm_memory
+
+    assert layout.vllm is not None
+    have = layout.vllm.gpus_per_server
+    memory = layout.vllm.memory
+    head = (
+        f"vLLM on {have} GPU(s) of {hw.gpu_memory_gib:g} GiB has room for {memory['kv_tokens']} KV-cache tokens "
+        f"after {memory['weights']:.1f} GiB of weights per GPU, fewer than one sequence of {longest}"
+    )
+    tp = 1
+    while tp <= 64:
+        need = vllm_memory(
+            shape, gpu_memory_gib=hw.gpu_memory_gib, utilization=layout.vllm.utilization, tensor_parallel=tp
+        )
+        if need["kv_tokens"] >= 4 * longest:
+            what = "--rollout-gpus" if layout.mode == "split" else "--gpus-per-node"
+            return f"{head}: it needs {tp} GPUs per server (tensor parallel {tp}), {what} {tp} or more"
+        tp *= 2
+    return f"{head}: shorten max_transition_tokens"
+
+
+def _knob(req: PlanRequest, shape: ModelShape, layout: Layout, longest: int, peak: float, limit: float) -> str:
+    """What would make a plan that does not fit fit, tried in the order a user would try them."""
+    cfg, hw = req.config, req.hardware
+    head = f"needs {peak:.1f} GiB on a GPU, {limit:.1f} GiB usable of {hw.gpu_memory_gib:g}"
+    if cfg.trainer == "verl":
+        per_node = hw.gpus_per_node - (req.rollout_gpus or 0)
+        for ranks in range(cfg.trainer_workers + 1, per_node * hw.nodes + 1):
+            total = update_memory(_update_setup(req, shape, longest, ranks))["total"]
+            if max(_phases(req, shape, layout, total).values()) <= limit:
+                return f"{head}: shard the update over more GPUs, --trainer-workers {ranks}"
+    if not cfg.policy.lora:
+        return f"{head}: train a LoRA adapter instead of every weight (drop --full-finetune)"
+    if layout.vllm is None and cfg.trainer != "verl":
+        return f"{head}: --trainer verl --engine vllm (sharded updates, gradient checkpointing, vLLM in sleep mode)"
+    for ranks in range(1, 1025):
+        gpus = -(-ranks // hw.gpus_per_node)
+        fits_at = update_memory(_update_setup(req, shape, longest, ranks))["total"] + VLLM_ASLEEP_GIB <= limit
+        if fits_at:
+            return (
+                f"{head}: the update needs {ranks} GPUs of {hw.gpu_memory_gib:g} GiB ({gpus} node(s) of "
+                f"{hw.gpus_per_node}): --gpus-per-node / --nodes and --trainer-workers {ranks}"
+            )
+    return f"{head}: no number of GPUs of {hw.gpu_memory_gib:g} GiB holds this model's update"
+
+
+def write_plan(plan: dict[str, Any], run_dir: str | os.PathLike[str]) -> Path:
+    path = Path(run_dir) / "plan.json"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(plan, indent=2, default=str) + "\n")
+    return path

@@ -1,0 +1,73 @@
+"""The plan's command-line options, shared by `agl train` and `agl bench train`, and what `--plan` does."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+import click
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+PLAN_FLAGS = ("plan", "gpus_per_node", "nodes", "gpu_memory_gib", "verl_set")
+
+
+def plan_options(fn: F) -> F:
+    """--plan and the flags that describe a machine that is not this one, and --verl-set."""
+    options = [
+        click.option(
+            "--plan",
+            is_flag=True,
+            help="Print everything the run would start (vLLM command lines, verl's config, GPU placement, memory per"
+            " GPU, warnings) as JSON, without loading weights or starting anything; exit 2 if it would not fit.",
+        ),
+        click.option(
+            "--gpus-per-node", type=click.IntRange(min=1), help="--plan: GPUs per node (default: this one's)."
+        ),
+        click.option("--nodes", type=click.IntRange(min=1), help="--plan: nodes (default 1)."),
+        click.option(
+            "--gpu-memory-gib",
+            type=click.FloatRange(min=1),
+            help="--plan: memory per GPU in GiB (default: this one's, else 80).",
+        ),
+        click.option(
+            "--verl-set",
+            "verl_set",
+            multiple=True,
+            metavar="KEY=VALUE",
+            help="A verl setting under actor_rollout_ref, e.g. actor.optim.betas=[0.9,0.95] (repeatable; checked by"
+            " verl's own config classes).",
+        ),
+    ]
+    for option in reversed(options):
+        fn = option(fn)
+    return fn
+
+
+def pop_plan_flags(flags: dict[str, Any]) -> dict[str, Any]:
+    """The plan's flags out of a command's keyword arguments; --verl-set goes back as the config's `verl_set`."""
+    out = {key: flags.pop(key, None) for key in PLAN_FLAGS}
+    if out["verl_set"]:
+        flags["verl_set"] = tuple(out["verl_set"])
+    return out
+
+
+def print_plan(config: Any, plan_flags: dict[str, Any]) -> None:
+    """`--plan`: the plan as JSON on stdout; a plan that does not fit exits 2 with the knob that would help."""
+    from agl_trainer.plan.build import PlanRequest, make_plan
+    from agl_trainer.plan.hardware import resolve
+    from agl_trainer.verl.settings import parse_overrides
+
+    try:
+        hardware = resolve(plan_flags["gpus_per_node"], plan_flags["nodes"], plan_flags["gpu_memory_gib"])
+        overrides = parse_overrides(list(config.verl_set))
+        plan = make_plan(
+            PlanRequest(config, hardware, rollout_gpus=config.rollout_gpus or None, verl_overrides=overrides)
+        )
+    except (ValueError, FileNotFoundError) as exc:
+        raise click.ClickException(str(exc)) from exc
+    click.echo(json.dumps(plan, indent=2, default=str))
+    if not plan["fits"]:
+        click.echo(f"agl train --plan: this run would not fit: {plan['refusal']}", err=True)
+        raise SystemExit(2)

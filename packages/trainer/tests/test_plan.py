@@ -1,0 +1,151 @@
+"""`agl train --plan` for GPUs this machine does not have: 1 × 80 GB, 8 × 80 GB and 2 nodes × 8, on the published
+configs of Qwen2.5-1.5B, Llama-3.2-3B and Qwen2.5-7B (config.json only, no weights), and a 70B model on one GPU."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from agl_trainer.options import build_config
+from agl_trainer.plan.build import PlanRequest, make_plan
+from agl_trainer.plan.hardware import Hardware
+
+MODELS = Path(__file__).parent / "data" / "models"
+ONE = Hardware(1, 1, 80.0)
+EIGHT = Hardware(8, 1, 80.0)
+TWO_NODES = Hardware(8, 2, 80.0)
+
+
+def config(model: str, tmp_path: Path, **options: Any) -> Any:
+    base = {
+        "model": str(MODELS / model),
+        "train_tasks": [{"q": 1}],
+        "eval_tasks": [{"q": 1}],
+        "run_dir": tmp_path / "run",
+        "trainer": "verl",
+        "engine": "vllm",
+    }
+    return build_config("agl_trainer.examples.calculator:solve", {**base, **options})
+
+
+def plan(model: str, hardware: Hardware, tmp_path: Path, rollout_gpus: int | None = None, **options: Any) -> Any:
+    req = PlanRequest(config(model, tmp_path, **options), hardware, rollout_gpus=rollout_gpus, flash_attention=True)
+    return make_plan(req)
+
+
+def flag(argv: list[str], name: str) -> str | None:
+    return argv[argv.index(name) + 1] if name in argv else None
+
+
+@pytest.mark.parametrize("model", ["Qwen2.5-1.5B-Instruct", "Llama-3.2-3B-Instruct", "Qwen2.5-7B-Instruct"])
+@pytest.mark.parametrize(
+    ("hardware", "workers"), [(ONE, 1), (EIGHT, 8), (TWO_NODES, 16)], ids=["1x80", "8x80", "2x8x80"]
+)
+def test_plans_fit_and_name_the_right_vllm_and_verl_settings(
+    model: str, hardware: Hardware, workers: int, tmp_path: Path
+) -> None:
+    p = plan(model, hardware, tmp_path, trainer_workers=workers, ray_address="auto" if hardware.nodes > 1 else None)
+    assert p["fits"] and p["refusal"] is None, p["refusal"]
+    assert p["memory"]["peak_gib_per_gpu"] <= 0.92 * 80
+    # one vLLM server per node, with the family's parser, a max length from the longest transition, the
+    # colocated layout's memory share and sleep mode, and every GPU of the node
+    assert len(p["vllm"]) == hardware.nodes
+    for server in p["vllm"]:
+        argv = server["argv"]
+        assert flag(argv, "--tool-call-parser") == ("llama3_json" if model.startswith("Llama") else "hermes")
+        assert flag(argv, "--max-model-len") == "2048"
+        assert float(flag(argv, "--gpu-memory-utilization") or 0) == pytest.approx(0.85)
+        assert "--enable-sleep-mode" in argv and server["env"]["VLLM_SERVER_DEV_MODE"] == "1"
+        tp = int(flag(argv, "--tensor-parallel-size") or 1)
+        dp = int(flag(argv, "--data-parallel-size") or 1)
+        assert tp * dp == hardware.gpus_per_node
+    # the trainer's ranks fill nodes in order: [8, 8] on two nodes, never one pool larger than a node
+    assert p["placement"]["gpus_per_node"] == [hardware.gpus_per_node] * hardware.nodes
+    # verl's config, checked by verl's dataclasses: bf16 on fp32 master weights, checkpointing, remove-padding
+    verl = p["verl"]
+    assert verl["validated"] is True
+    actor = verl["config"]["actor"]
+    assert actor["fsdp_config"]["mixed_precision"]["param_dtype"] == "bf16"
+    assert actor["fsdp_config"]["model_dtype"] == "fp32"
+    assert verl["config"]["model"]["enable_gradient_checkpointing"] is True
+    assert verl["config"]["model"]["use_remove_padding"] is True
+    assert verl["config"]["model"]["override_config"]["attn_implementation"] == "flash_attention_2"
+    assert actor["ppo_max_token_len_per_gpu"] == p["memory"]["token_budget"] >= 2048
+
+
+def test_a_split_layout_gives_vllm_its_own_gpus(tmp_path: Path) -> None:
+    p = plan("Qwen2.5-7B-Instruct", EIGHT, tmp_path, rollout_gpus=2, trainer_workers=6)
+    assert p["fits"] and p["placement"]["mode"] == "split"
+    assert p["placement"]["gpus_per_node"] == [6]
+    (server,) = p["vllm"]
+    assert "--enable-sleep-mode" not in server["argv"] and server["gpus"] == 2
+    assert float(flag(server["argv"], "--gpu-memory-utilization") or 0) == pytest.approx(0.9)
+
+
+def test_a_70b_model_on_one_80_gb_gpu_is_refused_with_the_knob_named(tmp_path: Path) -> None:
+    p = plan("Llama-3.1-70B-Instruct", ONE, tmp_path)
+    assert not p["fits"]
+    assert "--gpus-per-node" in p["refusal"] and "--trainer-workers" in p["refusal"]
+    # on 2 nodes × 8 with every GPU training, it plans
+    big = plan("Llama-3.1-70B-Instruct", TWO_NODES, tmp_path, trainer_workers=16, ray_address="auto")
+    assert big["fits"], big["refusal"]
+    (tp,) = {int(flag(s["argv"], "--tensor-parallel-size") or 1) for s in big["vllm"]}
+    assert tp >= 4  # 141 GB of bf16 weights cannot sit on fewer than four 80 GB GPUs with a KV cache
+
+
+def test_full_fine_tuning_that_does_not_fit_names_more_ranks(tmp_path: Path) -> None:
+    p = plan("Qwen2.5-7B-Instruct", EIGHT, tmp_path, full_finetune=True, trainer_workers=1)
+    assert not p["fits"] and "--trainer-workers" in p["refusal"]
+    assert plan("Qwen2.5-7B-Instruct", EIGHT, tmp_path, full_finetune=True, trainer_workers=8)["fits"]
+
+
+def test_warnings_say_what_to_change(tmp_path: Path) -> None:
+    req = PlanRequest(config("Qwen2.5-1.5B-Instruct", tmp_path, trainer_workers=2), EIGHT, flash_attention=False)
+    p = make_plan(req)
+    changes = {w["change"] for w in p["warnings"]}
+    assert "--trainer-workers 8" in changes
+    assert any("flash-attn" in c for c in changes)
+    assert p["verl"]["config"]["model"]["use_remove_padding"] is False
+    two = make_plan(PlanRequest(config("Qwen2.5-1.5B-Instruct", tmp_path, trainer_workers=16), TWO_NODES))
+    assert any("--ray-address" in w["change"] for w in two["warnings"])
+
+
+def test_verl_set_reaches_the_config_and_bad_keys_are_refused(tmp_path: Path) -> None:
+    from agl_trainer.verl.settings import parse_overrides
+
+    cfg = config("Qwen2.5-1.5B-Instruct", tmp_path)
+    overrides = parse_overrides(["actor.optim.betas=[0.9,0.95]", "actor.optim.lr=3e-6"])
+    p = make_plan(PlanRequest(cfg, ONE, verl_overrides=overrides))
+    assert p["verl"]["config"]["actor"]["optim"]["betas"] == [0.9, 0.95]
+    assert p["verl"]["config"]["actor"]["optim"]["lr"] == 3e-6
+    with pytest.raises(ValueError, match="does not have"):
+        make_plan(PlanRequest(cfg, ONE, verl_overrides={"actor.nope": 1}))
+
+
+def run_plan(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "agl.cli.main", "train", "--example", "calculator", "--plan", *args],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+
+
+def test_the_cli_prints_the_plan_and_exits_2_when_it_does_not_fit(tmp_path: Path) -> None:
+    common = ["--trainer", "verl", "--engine", "vllm", "--run-dir", str(tmp_path / "run"), "--gpus-per-node", "1"]
+    ok = run_plan("--model", str(MODELS / "Llama-3.2-3B-Instruct"), *common, "--verl-set", "actor.optim.lr=1e-6")
+    assert ok.returncode == 0, ok.stderr[-2000:]
+    printed = json.loads(ok.stdout)
+    assert printed["fits"] and printed["verl"]["config"]["actor"]["optim"]["lr"] == 1e-6
+    assert not (tmp_path / "run").exists()  # nothing started, nothing written
+    refused = run_plan("--model", str(MODELS / "Llama-3.1-70B-Instruct"), *common)
+    assert refused.returncode == 2
+    assert json.loads(refused.stdout)["fits"] is False
+    assert "would not fit" in refused.stderr and "--gpus-per-node" in refused.stderr
+    bad = run_plan("--model", str(MODELS / "Llama-3.2-3B-Instruct"), *common, "--verl-set", "actor.optim.nope=1")
+    assert bad.returncode == 1 and "does not have: actor.optim.nope" in bad.stderr
