@@ -119,6 +119,26 @@ def test_shipped_gpu_recipes_parse_for_their_task(name: str) -> None:
     assert config.policy.lr == options["lr"]
 
 
+@pytest.mark.parametrize("name", ["spider", "musique", "calc_x"])
+def test_shipped_gpu_recipes_plan_to_fit_the_hardware_they_name(name: str, tmp_path: Path) -> None:
+    from agl_bench.recipes import recipe_hardware
+    from agl_trainer.options import build_config
+    from agl_trainer.plan.build import PlanRequest, make_plan
+    from agl_trainer.plan.hardware import Hardware
+
+    recipe = str(HERE.parent / "recipes" / f"{name}-gpu.toml")
+    task = get_task(name)
+    options = read_recipe(recipe, task)
+    # the recipe's model, from its published config.json (the weights are not here)
+    model = HERE.parents[1] / "packages" / "trainer" / "tests" / "data" / "models" / Path(options["model"]).name
+    assert (model / "config.json").is_file(), f"no config.json for {options['model']} in {model.parent}"
+    options = {**options, "model": str(model), "train_tasks": [{}], "eval_tasks": [{}], "run_dir": tmp_path}
+    hardware = Hardware(**recipe_hardware(recipe))
+    plan = make_plan(PlanRequest(build_config(task.agent, options), hardware, flash_attention=True))
+    assert plan["fits"], plan["refusal"]
+    assert plan["memory"]["peak_gib_per_gpu"] <= hardware.gpu_memory_gib
+
+
 def test_limit_draws_the_same_rows_every_time_in_file_order() -> None:
     from agl_bench.datasets import DataError, limit_rows
 

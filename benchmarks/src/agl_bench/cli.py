@@ -214,7 +214,7 @@ def train_command(
 ) -> None:
     """Train the LLM of TASK's agent with LightningRL on the embedded trainer: held-out evaluation (greedy) before,
     during and after, learning curve and checkpoints in the run directory."""
-    from agl_bench.recipes import read_recipe
+    from agl_bench.recipes import read_recipe, recipe_hardware
     from agl_trainer.backends import EngineError
     from agl_trainer.loop import TrainingRun
 
@@ -238,7 +238,7 @@ def train_command(
     try:
         config = build_config(task.agent, options, where=f"recipe {recipe}")
         if plan_flags["plan"]:
-            print_plan(config, plan_flags)
+            print_plan(config, {**recipe_hardware(recipe), **{k: v for k, v in plan_flags.items() if v is not None}})
             return
         TrainingRun(config, air_rules=task.air_rules()).run()
     except (ValueError, FileNotFoundError, EngineError) as exc:

@@ -20,7 +20,23 @@ def read_recipe(recipe: str, task: BenchTask) -> dict[str, Any]:
     if not path.is_file():
         raise ValueError(f"recipe {recipe!r} is neither 'cpu' nor a file")
     options = read_option_file(path)  # the same reader as `agl train --config`
+    options.pop("hardware", None)  # what it is sized for: recipe_hardware
     task_name = options.pop("task", task.name)
     if task_name != task.name:
         raise ValueError(f"recipe {path} is for task {task_name!r}, not {task.name!r}")
     return options
+
+
+def recipe_hardware(recipe: str) -> dict[str, Any]:
+    """The `[hardware]` table of a recipe file (gpus_per_node, nodes, gpu_memory_gib): what `--plan` plans for
+    unless flags say otherwise; empty for 'cpu' and for files without one."""
+    if recipe == "cpu":
+        return {}
+    table = read_option_file(Path(recipe)).get("hardware") or {}
+    if not isinstance(table, dict):
+        raise ValueError(f"recipe {recipe}: [hardware] must be a table")
+    known = {"gpus_per_node", "nodes", "gpu_memory_gib"}
+    unknown = sorted(set(table) - known)
+    if unknown:
+        raise ValueError(f"recipe {recipe}: [hardware] has unknown keys {', '.join(unknown)} (known: {sorted(known)})")
+    return dict(table)
