@@ -311,7 +311,12 @@ def test_why_full_weights_are_refused_on_a_cpu_reload_weights_serves_stale_log_p
     policy = PolicyTrainer(model, PolicyConfig(lora=False, lr=1e-4), pad_id=tokenizer.pad_token_id)
     server = start_vllm(path, tokenizer, log_path=tmp_path / "vllm.log", python=str(python), full_weights_reload=True)
     try:
-        backend = RemoteWeightsEngine(server.url, model, tmp_path / "published", server=server)
+        backend = RemoteWeightsEngine(
+            server.url,
+            lambda t: model.save_pretrained(t, safe_serialization=True),
+            tmp_path / "published",
+            server=server,
+        )
         backend.weights_changed()
         (fresh,) = check_served_logprobs(server.url, policy, [("base", None)])
         assert fresh.mean_abs_diff < 1e-4  # the unchanged weights reload exactly

@@ -312,3 +312,33 @@ def test_cpu_micro_batches_hold_the_logits_to_their_budget() -> None:
     assert cpu_micro_batch_tokens(1024, 49152, longest=500) == 1024  # a smaller configured budget stays
     assert cpu_micro_batch_tokens(16384, 49152, longest=4000) == 4000  # never below a sequence verl cannot split
     assert cpu_micro_batch_tokens(16384, 256, longest=500) == 16384  # a tiny vocabulary fits the configured one
+
+
+def test_full_finetuned_weights_reach_vllm_and_the_embedded_engine_from_the_actor(
+    ray_cluster: None, tiny_model_dir: Path, initial_adapter: Path, tmp_path: Path
+) -> None:
+    from safetensors.torch import load_file
+    from vllm_stub import RecordingVllm
+
+    from agl_trainer.backends import RemoteWeightsEngine
+
+    cfg = config(lora=False, lr=1e-3)
+    batch = fixed_batch(agl_twin(tiny_model_dir, initial_adapter, cfg))
+    base = load_file(str(tiny_model_dir / "model.safetensors"))
+    with VerlPolicy(tiny_model_dir, cfg) as full, RecordingVllm() as vllm:
+        full.update(copy.deepcopy(batch))
+        actor = full.state_dict_for_engine()
+        assert max((actor[k] - base[k]).abs().max().item() for k in base) > 1e-4  # the update moved the weights
+        engine = RemoteWeightsEngine(vllm.url, full.save_pretrained, tmp_path / "published")
+        engine.weights_changed()
+        engine.close()
+        # vLLM was pointed at the actor's weights, then its prefix cache reset (the reload keeps stale KV blocks)
+        assert [c.split("?")[0] for c in vllm.calls] == ["POST /collective_rpc", "POST /reset_prefix_cache"]
+        (received,) = vllm.weights
+        assert set(received) >= set(base)
+        assert all(torch.equal(received[k], actor[k]) for k in base)
+        # the embedded engine's model gets the same weights in place
+        model, _ = load_model(tiny_model_dir, device="cpu")
+        full.load_into(model)
+        local = model.state_dict()
+        assert all(torch.equal(local[k], actor[k]) for k in base)

@@ -142,8 +142,8 @@ class RemoteAdapterEngine:
 
 
 class RemoteWeightsEngine:
-    """Full fine-tuning with a vLLM server: after each update the whole model is saved (safetensors) under
-    `folder/v<N>`, vLLM's workers reload it in place (`POST /collective_rpc` with `reload_weights`, then
+    """Full fine-tuning with a vLLM server: after each update the whole model is saved (safetensors, by
+    `save_weights`) under `folder/v<N>`, vLLM's workers reload it in place (`POST /collective_rpc` with `reload_weights`, then
     `POST /reset_prefix_cache`: the reload keeps KV blocks computed with the old weights, which measurably served
     stale log-probs, 0.25 per token off, until the reset), and the previous copy is deleted. Both routes exist
     only when the server runs with `VLLM_SERVER_DEV_MODE=1` (`agl train --engine vllm` sets it)."""
@@ -151,7 +151,7 @@ class RemoteWeightsEngine:
     def __init__(
         self,
         base_url: str,
-        model: Any,
+        save_weights: Callable[[Path], object],
         folder: str | Path,
         timeout_s: float = 600.0,
         server: Any = None,
@@ -159,7 +159,9 @@ class RemoteWeightsEngine:
     ) -> None:
         self.base_url = base_url.rstrip("/")
         self.root = _root(self.base_url)
-        self.model = model
+        # writes the trained weights as a model folder: the model agl's trainer updates in this process, or verl's
+        # actor's, gathered on its rank 0 (never a copy that the update did not touch)
+        self.save_weights = save_weights
         # run after every reload: the served log-probs must be the trainer's (engine_check), or the run stops
         self.verify = verify
         self.folder = Path(folder)
@@ -179,7 +181,7 @@ class RemoteWeightsEngine:
             self.server.check_alive()
         self.version += 1
         target = self.folder / f"v{self.version}"
-        self.model.save_pretrained(target, safe_serialization=True)
+        self.save_weights(target)
         rpc = {"method": "reload_weights", "kwargs": {"weights_path": str(target.resolve())}}
         resp = self._http.post(f"{self.root}/collective_rpc", json=rpc)
         if resp.status_code == 404:

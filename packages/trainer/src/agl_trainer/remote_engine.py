@@ -105,7 +105,19 @@ def open_remote_engine(
         def verify() -> None:  # each reload must serve the trainer's log-probs, or the run stops here
             check_served_logprobs(served_url, policy, [(backend.served_name("default"), None)])
 
-        backend = RemoteWeightsEngine(url, model, published, server=server, verify=verify)
+        # the weights the update changed: verl's actor's (gathered on its rank 0), else the model trained here
+        save_policy = getattr(policy, "save_pretrained", None)
+        if save_policy is not None:
+            dtype = getattr(model, "dtype", None)
+
+            def save_weights(target: Path) -> object:
+                return save_policy(target, dtype=dtype)
+        else:
+
+            def save_weights(target: Path) -> object:
+                return model.save_pretrained(target, safe_serialization=True)
+
+        backend = RemoteWeightsEngine(url, save_weights, published, server=server, verify=verify)
     stack.callback(backend.close)
     backend.weights_changed()
     agents = {adapter: agent for agent, adapter in sorted(policy.agent_adapters.items(), reverse=True)}

@@ -42,6 +42,18 @@ from agl_trainer.verl.settings import VerlProfile, actor_settings, cpu_profile, 
 log = logging.getLogger(__name__)
 
 CHECKPOINT_META = "agl_verl.json"
+# what a model folder holds besides its weights (copied from the base model when saving trained weights)
+_MODEL_FILES = (
+    "config.json",
+    "generation_config.json",
+    "tokenizer.json",
+    "tokenizer_config.json",
+    "special_tokens_map.json",
+    "vocab.json",
+    "merges.txt",
+    "tokenizer.model",
+    "chat_template.jinja",
+)
 
 
 def _cuda_available() -> bool:
@@ -354,17 +366,28 @@ class VerlPolicy:
         save_file({k: v.contiguous() for k, v in state.items()}, str(folder / "adapter_model.safetensors"))
         return folder
 
-    def save_pretrained(self, path: str | os.PathLike[str]) -> Path:
-        """A fully fine-tuned policy as a Hugging Face model folder (what vLLM's `reload_weights` reads)."""
-        from transformers import AutoModelForCausalLM, AutoTokenizer
+    def save_pretrained(self, path: str | os.PathLike[str], dtype: torch.dtype | None = None) -> Path:
+        """A fully fine-tuned policy as a Hugging Face model folder (what vLLM's `reload_weights` reads): the actor's
+        weights, gathered on rank 0, written as safetensors (in `dtype`, e.g. the server's bf16; default: as
+        trained) beside the base model's config and tokenizer files. Nothing is loaded into this process but the
+        state dict: the driver holds no model of its own."""
+        import shutil
+
+        from safetensors.torch import save_file
 
         if self.config.lora:
             raise ValueError("save_pretrained is for full fine-tuning; a LoRA policy saves its adapter (save_adapter)")
-        model = AutoModelForCausalLM.from_pretrained(self.model_path, dtype=torch.float32)
-        model.load_state_dict(self.state_dict_for_engine(), strict=False)
-        model.save_pretrained(path, safe_serialization=True)
-        AutoTokenizer.from_pretrained(self.model_path).save_pretrained(path)
-        return Path(path)
+        folder = Path(path)
+        folder.mkdir(parents=True, exist_ok=True)
+        state = self.state_dict_for_engine()
+        if dtype is not None:
+            state = {k: v.to(dtype) if v.is_floating_point() else v for k, v in state.items()}
+        save_file({k: v.contiguous() for k, v in state.items()}, str(folder / "model.safetensors"))
+        for name in _MODEL_FILES:
+            source = self.model_path / name
+            if source.is_file():
+                shutil.copyfile(source, folder / name)
+        return folder
 
     # ------------------------------------------------------------------------------------------ checkpoints
 

@@ -2,9 +2,9 @@
 
 - On the CPU the process group is started with plain ``gloo`` before verl starts it (verl would ask for
   ``cpu:gloo,cpu:gloo``, which torch refuses), and torch gets the threads agl gave the worker.
-- `export_weights` hands the trained weights to the caller as full CPU tensors: the LoRA adapter in peft's
-  format (what `save_pretrained` writes and vLLM's `load_lora_adapter` reads) or, when fully fine-tuned, the
-  model's state dict. verl's own weight export feeds its rollout engines; agl's inference side is elsewhere.
+- `export_weights` hands the trained weights to the caller as full CPU tensors, gathered once, on rank 0: the LoRA
+  adapter in peft's format (what `save_pretrained` writes and vLLM's `load_lora_adapter` reads) or, when fully
+  fine-tuned, the model's state dict. verl's own weight export feeds its rollout engines; agl's inference side is elsewhere.
 
 Everything else — log-probs, the update, checkpoints — is verl's worker unchanged. This module is imported in the
 Ray workers (and by the driver to name the class); it needs verl.
@@ -51,11 +51,14 @@ class AglActorWorker(ActorRolloutRefWorker):  # type: ignore[misc]
         else:
             state = module.state_dict()
             config = None
+        rank0 = torch.distributed.get_rank() == 0
         full = {}
         for name, tensor in state.items():
             value = tensor.full_tensor() if hasattr(tensor, "full_tensor") else tensor  # a collective: every rank
-            full[name] = value.detach().to("cpu", copy=True)
-        if torch.distributed.get_rank() != 0:
+            if rank0:  # the other ranks only take part in the gather: a host copy each would be N full models
+                full[name] = value.detach().to("cpu", copy=True)
+            del value
+        if not rank0:
             return None
         if config is not None:
             config = {k: (sorted(v) if isinstance(v, set) else v) for k, v in config.items()}

@@ -1,0 +1,78 @@
+"""A stand-in for vLLM's OpenAI server that records what agl asks of it: the routes agl calls around updates
+(`/sleep`, `/wake_up`, `/collective_rpc`, `/reset_prefix_cache`, `/v1/load_lora_adapter`), in order, and the
+weights a `reload_weights` points it at (read back from the safetensors files, as vLLM would). No model runs."""
+
+from __future__ import annotations
+
+import threading
+from pathlib import Path
+from typing import Any
+
+import orjson
+import torch
+
+from agl.asgi import ThreadedServer
+
+
+class RecordingVllm:
+    def __init__(self) -> None:
+        self.calls: list[str] = []  # "POST /sleep?level=1", ...
+        self.weights: list[dict[str, torch.Tensor]] = []  # what each reload_weights read
+        self.asleep = False
+        self._lock = threading.Lock()
+        self._server = ThreadedServer(self, lifespan="off", name="recording-vllm")
+        self.root = self._server.url
+        self.url = f"{self.root}/v1"
+
+    def record(self, what: str) -> None:
+        with self._lock:
+            self.calls.append(what)
+
+    async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
+        if scope["type"] != "http":
+            return
+        body = b""
+        while True:
+            message = await receive()
+            body += message.get("body", b"")
+            if not message.get("more_body"):
+                break
+        method, path = scope["method"], scope["path"]
+        query = scope.get("query_string", b"").decode()
+        answer: Any = {}
+        if (method, path) == ("GET", "/v1/models"):
+            answer = {"object": "list", "data": [{"id": "base", "object": "model", "parent": None}]}
+        else:
+            self.record(f"{method} {path}" + (f"?{query}" if query else ""))
+            if path == "/sleep":
+                self.asleep = True
+            elif path == "/wake_up":
+                self.asleep = False
+            elif path == "/is_sleeping":
+                answer = {"is_sleeping": self.asleep}
+            elif path == "/collective_rpc":
+                rpc = orjson.loads(body)
+                if rpc.get("method") == "reload_weights":
+                    self.weights.append(_read_weights(Path(rpc["kwargs"]["weights_path"])))
+                answer = {"results": [None]}
+            elif path == "/reset_prefix_cache":
+                answer = {"success": True}
+        payload = orjson.dumps(answer)
+        await send({"type": "http.response.start", "status": 200, "headers": [(b"content-type", b"application/json")]})
+        await send({"type": "http.response.body", "body": payload})
+
+    def __enter__(self) -> RecordingVllm:
+        self._server.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._server.stop()
+
+
+def _read_weights(folder: Path) -> dict[str, torch.Tensor]:
+    from safetensors.torch import load_file
+
+    out: dict[str, torch.Tensor] = {}
+    for file in sorted(folder.glob("*.safetensors")):
+        out.update(load_file(str(file)))
+    return out
