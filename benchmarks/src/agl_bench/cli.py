@@ -191,6 +191,7 @@ def eval_command(
     "trainer_workers",
     "ray_address",
     "rollout_gpus",
+    "checkpoint_dir",
     "per_agent_policies",
     "log_to",
     "resume",

@@ -86,9 +86,13 @@ def test_the_trainer_flags_reach_the_config_and_both_clis() -> None:
     from agl_bench.cli import bench
     from agl_trainer.cli import train
 
-    config = build_config("m:f", {**BASE, "trainer": "verl", "trainer_workers": 2, "ray_address": "10.0.0.1:6379"})
+    cluster = {"trainer": "verl", "trainer_workers": 2, "ray_address": "10.0.0.1:6379"}
+    config = build_config("m:f", {**BASE, **cluster, "checkpoint_dir": "/shared/ckpt"})
     assert (config.trainer, config.trainer_workers, config.ray_address) == ("verl", 2, "10.0.0.1:6379")
+    assert config.checkpoint_dir == Path("/shared/ckpt")
     config.validate()
+    with pytest.raises(ValueError, match="checkpoint_dir, a folder every node mounts"):
+        build_config("m:f", {**BASE, **cluster}).validate()
     with pytest.raises(ValueError, match="trainer_workers and ray_address are verl's"):
         build_config("m:f", {**BASE, "trainer_workers": 2}).validate()
     with pytest.raises(ValueError, match="trainer must be 'agl' or 'verl'"):
@@ -96,3 +100,4 @@ def test_the_trainer_flags_reach_the_config_and_both_clis() -> None:
     for cli, args in ((train, ["--help"]), (bench, ["train", "--help"])):
         shown = CliRunner().invoke(cli, args).output
         assert "--trainer [agl|verl]" in shown and "--trainer-workers" in shown and "--ray-address" in shown
+        assert "--checkpoint-dir" in shown and "--rollout-gpus" in shown and "--plan" in shown and "--verl-set" in shown

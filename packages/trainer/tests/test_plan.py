@@ -49,7 +49,8 @@ def flag(argv: list[str], name: str) -> str | None:
 def test_plans_fit_and_name_the_right_vllm_and_verl_settings(
     model: str, hardware: Hardware, workers: int, tmp_path: Path
 ) -> None:
-    p = plan(model, hardware, tmp_path, trainer_workers=workers, ray_address="auto" if hardware.nodes > 1 else None)
+    cluster = {"ray_address": "auto", "checkpoint_dir": str(tmp_path / "shared")} if hardware.nodes > 1 else {}
+    p = plan(model, hardware, tmp_path, trainer_workers=workers, **cluster)
     assert p["fits"] and p["refusal"] is None, p["refusal"]
     assert p["memory"]["peak_gib_per_gpu"] <= 0.92 * 80
     # one vLLM server per node, with the family's parser, a max length from the longest transition, the
@@ -92,7 +93,9 @@ def test_a_70b_model_on_one_80_gb_gpu_is_refused_with_the_knob_named(tmp_path: P
     assert not p["fits"]
     assert "--gpus-per-node" in p["refusal"] and "--trainer-workers" in p["refusal"]
     # on 2 nodes × 8 with every GPU training, it plans
-    big = plan("Llama-3.1-70B-Instruct", TWO_NODES, tmp_path, trainer_workers=16, ray_address="auto")
+    big = plan(
+        "Llama-3.1-70B-Instruct", TWO_NODES, tmp_path, trainer_workers=16, ray_address="auto", checkpoint_dir="/shared"
+    )
     assert big["fits"], big["refusal"]
     (tp,) = {int(flag(s["argv"], "--tensor-parallel-size") or 1) for s in big["vllm"]}
     assert tp >= 4  # 141 GB of bf16 weights cannot sit on fewer than four 80 GB GPUs with a KV cache
@@ -113,6 +116,11 @@ def test_warnings_say_what_to_change(tmp_path: Path) -> None:
     assert p["verl"]["config"]["model"]["use_remove_padding"] is False
     two = make_plan(PlanRequest(config("Qwen2.5-1.5B-Instruct", tmp_path, trainer_workers=16), TWO_NODES))
     assert any("--ray-address" in w["change"] for w in two["warnings"])
+    # on a cluster, checkpoints need a folder every node mounts: refused without one, as the run would be
+    with pytest.raises(ValueError, match="checkpoint_dir"):
+        make_plan(
+            PlanRequest(config("Qwen2.5-1.5B-Instruct", tmp_path, trainer_workers=16, ray_address="x"), TWO_NODES)
+        )
 
 
 def test_verl_set_reaches_the_config_and_bad_keys_are_refused(tmp_path: Path) -> None:

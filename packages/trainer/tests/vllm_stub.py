@@ -15,8 +15,9 @@ from agl.asgi import ThreadedServer
 
 
 class RecordingVllm:
-    def __init__(self) -> None:
+    def __init__(self, events: list[str] | None = None) -> None:
         self.calls: list[str] = []  # "POST /sleep?level=1", ...
+        self.events = events  # a log shared with other recorders, each entry prefixed "vllm: "
         self.weights: list[dict[str, torch.Tensor]] = []  # what each reload_weights read
         self.asleep = False
         self._lock = threading.Lock()
@@ -27,6 +28,8 @@ class RecordingVllm:
     def record(self, what: str) -> None:
         with self._lock:
             self.calls.append(what)
+            if self.events is not None:
+                self.events.append(f"vllm: {what}")
 
     async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
         if scope["type"] != "http":

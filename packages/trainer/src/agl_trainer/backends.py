@@ -33,7 +33,14 @@ class InferenceBackend(Protocol):
     the version (the training loop publishes it to the proxy)."""
 
     def weights_changed(self) -> None:
-        """The policy's weights changed: serve the new ones from now on (and drop anything cached)."""
+        """The policy's weights changed: serve the new ones from now on (and drop anything cached); `stage` then
+        `serve`."""
+
+    def stage(self) -> None:
+        """Write the new weights where the engine reads them (while the trainer holds them)."""
+
+    def serve(self) -> None:
+        """Serve the staged weights (while the engine holds its GPUs: agl_trainer.colocation)."""
 
     def close(self) -> None: ...
 
@@ -111,11 +118,19 @@ class RemoteAdapterEngine:
         return f"{adapter}@v{self.version}" if adapter in self.adapter_names() and self.version else adapter
 
     def weights_changed(self) -> None:
+        self.stage()
+        self.serve()
+
+    def stage(self) -> None:
+        """Save the policy's adapters as the next version's folders (the trainer must hold its weights)."""
         if self.server is not None:
             self.server.check_alive()
         self.version += 1
+        self.policy.save(self.folder / f"v{self.version}")
+
+    def serve(self) -> None:
+        """Load the staged version into the engine under its new names, and drop the one before the last."""
         target = self.folder / f"v{self.version}"
-        self.policy.save(target)
         for adapter in self.adapter_names():
             source = self.policy.adapter_folder(target, adapter)
             self._post(
@@ -177,11 +192,19 @@ class RemoteWeightsEngine:
         return self.base_name
 
     def weights_changed(self) -> None:
+        self.stage()
+        self.serve()
+
+    def stage(self) -> None:
+        """Save the trained weights as the next version's model folder (the trainer must hold its weights)."""
         if self.server is not None:
             self.server.check_alive()
         self.version += 1
+        self.save_weights(self.folder / f"v{self.version}")
+
+    def serve(self) -> None:
+        """Reload the engine's weights from the staged folder, reset its prefix cache, check what it serves."""
         target = self.folder / f"v{self.version}"
-        self.save_weights(target)
         rpc = {"method": "reload_weights", "kwargs": {"weights_path": str(target.resolve())}}
         resp = self._http.post(f"{self.root}/collective_rpc", json=rpc)
         if resp.status_code == 404:

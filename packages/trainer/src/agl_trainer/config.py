@@ -60,6 +60,9 @@ class TrainConfig:
     # on GPUs with --engine vllm: GPUs of each node kept for vLLM (0: vLLM shares every GPU with the trainer, in
     # sleep mode during updates; agl_trainer.plan.layout)
     rollout_gpus: int = 0
+    # where checkpoints go (default: <run_dir>/checkpoints); with verl on several nodes every rank writes its shards
+    # there, so it must be a folder every node mounts at the same path
+    checkpoint_dir: Path | None = None
     # verl settings under actor_rollout_ref as KEY=VALUE (`actor.optim.betas=[0.9,0.95]`), applied after agl's,
     # checked by verl's dataclasses (agl_trainer.verl.settings)
     verl_set: tuple[str, ...] = ()
@@ -108,6 +111,11 @@ class TrainConfig:
             problems.append(f"trainer_workers must be ≥ 1, got {self.trainer_workers}")
         if self.trainer != "verl" and (self.trainer_workers != 1 or self.ray_address):
             problems.append("trainer_workers and ray_address are verl's: give them with trainer 'verl'")
+        if self.trainer == "verl" and self.ray_address and self.checkpoint_dir is None:
+            problems.append(
+                "verl on a Ray cluster (ray_address) writes each rank's checkpoint shards on its own node: give "
+                "checkpoint_dir, a folder every node mounts at the same path (--checkpoint-dir)"
+            )
         if self.trainer != "verl" and self.verl_set:
             problems.append("verl_set changes verl's settings: give it with trainer 'verl'")
         if int(self.rollout_gpus) < 0:

@@ -170,6 +170,12 @@ class Engine:
         with self.lock:
             self.prefix_cache.clear()
 
+    def stage(self) -> None:
+        """Nothing to write: the engine generates with the very model being trained."""
+
+    def serve(self) -> None:
+        self.weights_changed()
+
     def submit(self, request: GenerationRequest) -> Future[GenerationResult]:
         if not request.prompt_ids:
             raise ValueError("empty prompt")

@@ -42,15 +42,17 @@ from agl.selection import AgentSelection
 from agl.trainable import TrainableRollout
 from agl.transitions import build_episodes
 from agl_trainer.backends import InferenceBackend, PolicyBackend
+from agl_trainer.colocation import Colocation, publish_first_weights, update_and_publish
 from agl_trainer.config import TrainConfig as TrainConfig  # re-exported: the run and its config, together
 from agl_trainer.engine import BASE_MODEL, Engine
 from agl_trainer.metrics import MetricsLog
-from agl_trainer.models import load_model, resolve_model
+from agl_trainer.models import load_model, pick_device, resolve_model
+from agl_trainer.plan.build import RunPlan
 from agl_trainer.policy import PolicyTrainer, agent_adapters, wrap_lora
 from agl_trainer.remote_engine import open_remote_engine
 from agl_trainer.serving import EngineServer
 from agl_trainer.trackers import open_trackers
-from agl_trainer.vllm_server import find_vllm_python
+from agl_trainer.vllm_server import VLLMServer, find_vllm_python
 from agl_trainer.waiting import wait_for_rollouts
 
 log = logging.getLogger(__name__)
@@ -88,6 +90,7 @@ class TrainingRun:
         # a task's own AIR rules (a benchmark's SQL errors, empty retrievals) replace agl's defaults when given
         self.rules: Sequence[AirRule] = (DEFAULT_RULES if air_rules is None else tuple(air_rules)) if config.air else ()
         self.workers: list[subprocess.Popen[bytes]] = []
+        self.checkpoint_root = Path(config.checkpoint_dir) if config.checkpoint_dir else self.run_dir / "checkpoints"
         self.t0 = time.monotonic()
 
     # ----------------------------------------------------------------------------------- set-up
@@ -100,7 +103,13 @@ class TrainingRun:
         (self.run_dir / "config.json").write_text(json.dumps(saved, indent=2))
         path = resolve_model(cfg.model)
         self.console.print(f"[bold]agl train[/] {cfg.agent}  model {path.name}  run {self.run_dir}")
-        model, tokenizer = load_model(path, device=cfg.device)
+        remote = bool(cfg.engine_url) or cfg.engine == "vllm"
+        self.gpu_plan = self._gpu_plan()  # on CUDA: written to the run directory, refused if it would not fit
+        self.sharing: Colocation | None = None
+        vllm = self._start_vllm_first(path, stack) if self.gpu_plan is not None and cfg.engine == "vllm" else None
+        # with verl the update runs in its workers: the driver's copy only reads (never on the GPU then)
+        driver_device = "cpu" if cfg.trainer == "verl" and remote else cfg.device
+        model, tokenizer = load_model(path, device=driver_device)
         if cfg.policy.lora:
             model = wrap_lora(model, cfg.policy, adapters=list(self.agent_adapters.values()) or ["default"])
         # weights the update changed that the engine's copy of the model does not share yet (verl trains elsewhere)
@@ -115,7 +124,9 @@ class TrainingRun:
         if cfg.engine_url or cfg.engine == "vllm":
             # serving happens elsewhere (a vLLM server agl starts, another `agl engine`, a vLLM server someone runs):
             # it gets our weights now, and its log-probs are checked against ours
-            remote, upstream, where = open_remote_engine(
+            if self.sharing is not None:
+                self.sharing.policy = cast(Any, self.policy)
+            backend, upstream, where = open_remote_engine(
                 url=cfg.engine_url,
                 vllm_python=cfg.vllm_python,
                 model_path=path,
@@ -126,8 +137,10 @@ class TrainingRun:
                 run_dir=self.run_dir,
                 console=self.console,
                 stack=stack,
+                server=vllm,
+                sharing=self.sharing,
             )
-            self.inference: InferenceBackend = remote
+            self.inference: InferenceBackend = backend
             self.weights_lock: contextlib.AbstractContextManager[Any] = contextlib.nullcontext()
             self.upstream_model = None if self.agent_adapters else "default"
         else:
@@ -168,6 +181,55 @@ class TrainingRun:
             f"{cfg.concurrency} · training {self.selection}"
         )
 
+    def _gpu_plan(self) -> RunPlan | None:
+        """On CUDA, the run's plan (agl_trainer.plan), written to `plan.json`; a plan that does not fit stops the
+        run here, before anything starts, naming what would make it fit."""
+        from agl_trainer.plan.build import PlanRequest, plan_run, write_plan
+        from agl_trainer.plan.hardware import detect
+        from agl_trainer.verl.settings import parse_overrides
+
+        cfg = self.config
+        hardware = detect() if pick_device(cfg.device).startswith("cuda") else None
+        if hardware is None:
+            return None
+        request = PlanRequest(
+            cfg, hardware, rollout_gpus=cfg.rollout_gpus or None, verl_overrides=parse_overrides(list(cfg.verl_set))
+        )
+        plan, run_plan = plan_run(request)
+        written = write_plan(plan, self.run_dir)
+        self.console.print(
+            f"plan: {run_plan.layout.mode} on {hardware.gpus} × {hardware.gpu_name or 'GPU'} "
+            f"({hardware.gpu_memory_gib:g} GiB), peak {plan['memory']['peak_gib_per_gpu']} GiB per GPU, "
+            f"token budget {run_plan.token_budget} · {written}"
+        )
+        for warning in plan["warnings"]:
+            self.console.print(f"  [yellow]plan:[/] {warning['message']} → {warning['change']}")
+        if not run_plan.fits:
+            raise ValueError(f"this run would not fit on this machine's GPUs ({written}): {run_plan.refusal}")
+        return run_plan
+
+    def _start_vllm_first(self, path: Path, stack: contextlib.ExitStack) -> VLLMServer:
+        """vLLM before the trainer's model: it refuses to start unless its share of the GPU is free. On colocated
+        GPUs it then sleeps until the trainer's first weights are written (agl_trainer.colocation)."""
+        from transformers import AutoTokenizer
+
+        from agl_trainer.chat_format import engine_chat_template
+        from agl_trainer.plan.build import PlanRequest, vllm_settings
+
+        cfg, plan = self.config, self.gpu_plan
+        assert plan is not None
+        template = engine_chat_template(AutoTokenizer.from_pretrained(path))
+        python = str(find_vllm_python(cfg.vllm_python))
+        request = PlanRequest(cfg, detect_hardware_or_fail())
+        settings = vllm_settings(request, path, plan.shape, plan.layout, plan.longest, python, template)
+        server = VLLMServer(settings, self.console).start()
+        stack.callback(server.stop)
+        if plan.layout.mode == "colocated":
+            self.sharing = Colocation(server.url, _NoPolicyYet(), level=1 if cfg.policy.lora else 2)
+            stack.callback(self.sharing.close)
+            self.sharing.sleep_engine()
+        return server
+
     def _verl_policy(self, path: Path, tokenizer: Any, stack: contextlib.ExitStack) -> PolicyBackend:
         """verl's actor worker as the policy backend (agl_trainer.verl): started on Ray now, stopped with the run."""
         from agl_trainer.verl.backend import VerlPolicy
@@ -177,14 +239,24 @@ class TrainingRun:
             f"verl trainer: {cfg.trainer_workers} rank(s) on "
             + (f"Ray at {cfg.ray_address}" if cfg.ray_address else "a local Ray")
         )
+        profile = None
+        if self.gpu_plan is not None:  # the plan's CUDA profile: its token budget, flash-attn when installed
+            from agl_trainer.verl.settings import cuda_profile
+
+            profile = cuda_profile(self.gpu_plan.token_budget)
+        from agl_trainer.verl.settings import parse_overrides
+
         policy = VerlPolicy(
             path,
             cfg.policy,
             pad_id=tokenizer.pad_token_id,
             workers=cfg.trainer_workers,
             ray_address=cfg.ray_address,
-            device=cfg.device,
+            device="cuda" if profile is not None else cfg.device,
             seed=cfg.seed,
+            overrides=parse_overrides(list(cfg.verl_set)),
+            profile=profile,
+            placement=self.gpu_plan.layout.trainer_gpus_per_node if self.gpu_plan is not None else None,
         )
         stack.callback(policy.close)
         return policy
@@ -277,11 +349,10 @@ class TrainingRun:
         else:  # a remote engine: the responses that made it into transitions
             generated = sum(len(t.response_ids) for t in transitions)
         t_update = time.monotonic()
-        with self.weights_lock:
-            update = self.policy.update(transitions)
-            if self._sync_engine is not None:
-                self._sync_engine()
-            self.inference.weights_changed()
+        with self.weights_lock:  # the GPUs change hands around the update when vLLM shares them (colocation)
+            update = update_and_publish(
+                cast(Any, self.policy), self.inference, transitions, self.sharing, after_update=self._sync_engine
+            )
         t_update = time.monotonic() - t_update
         self._write_transitions(step, transitions)
         self._publish(step + 1)
@@ -377,11 +448,13 @@ class TrainingRun:
     # --------------------------------------------------------------------------- checkpoints
 
     def _checkpoint(self, step: int) -> None:
-        root = self.run_dir / "checkpoints"
+        root = self.checkpoint_root
         target = root / f"step-{step}"
         staging = root / f".step-{step}.tmp"
         shutil.rmtree(staging, ignore_errors=True)
-        self.policy.save(staging)
+        # verl gathers its shards to save them: on colocated GPUs, on the trainer's turn
+        with self.sharing.trainer_turn() if self.sharing is not None else contextlib.nullcontext():
+            self.policy.save(staging)
         (staging / "state.json").write_text(json.dumps({"step": step}))
         shutil.rmtree(target, ignore_errors=True)
         staging.rename(target)  # a crash mid-save leaves the previous checkpoint as the latest
@@ -389,14 +462,18 @@ class TrainingRun:
 
     def _resume(self) -> int:
         """Load the latest checkpoint; cancel what the interrupted step left unfinished; forget later metrics."""
-        latest = self.run_dir / "checkpoints" / "latest"
+        latest = self.checkpoint_root / "latest"
         if not latest.exists():
             self.console.print("no checkpoint to resume from: starting at step 0")
             return 0
-        ckpt = self.run_dir / "checkpoints" / latest.read_text().strip()
+        ckpt = self.checkpoint_root / latest.read_text().strip()
         with self.weights_lock:
+            if self.sharing is not None:
+                self.sharing.give_trainer_the_gpus()
             self.policy.load(ckpt)
-            self.inference.weights_changed()
+            if self._sync_engine is not None:
+                self._sync_engine()
+            publish_first_weights(cast(Any, self.inference), self.sharing)
         step = int(json.loads((ckpt / "state.json").read_text())["step"])
         for status in ("queued", "running"):
             stale, _ = self.client.list_rollouts(status=status, limit=10_000)
@@ -461,6 +538,28 @@ def resource_fields(generated_tokens: int, rollout_s: float) -> dict[str, float]
     if peak > 0:
         out["gpu_peak_gib"] = peak / 2**30
     return out
+
+
+def detect_hardware_or_fail() -> Any:
+    from agl_trainer.plan.hardware import detect
+
+    hardware = detect()
+    if hardware is None:
+        raise RuntimeError("CUDA disappeared between planning and starting vLLM")
+    return hardware
+
+
+class _NoPolicyYet:
+    """Colocation's policy before the trainer exists: vLLM sleeps, nothing of the trainer's moves yet."""
+
+    def to_device(self) -> None:
+        pass
+
+    def to_host(self) -> None:
+        pass
+
+    def update(self, transitions: Any) -> Any:
+        raise RuntimeError("no policy yet")
 
 
 SAMPLE_ROWS = 16  # rollouts per evaluation in the trackers' sample tables (all of them are in the store)

@@ -88,6 +88,11 @@ SPECS: dict[str, Spec] = {
         Spec("trainer_workers", "verl: data-parallel ranks (FSDP2) of the update."),
         Spec("ray_address", "verl: join this Ray cluster (multi-node); default: a local Ray agl starts.", type=str),
         Spec(
+            "checkpoint_dir",
+            "Where checkpoints go (default: RUN_DIR/checkpoints); with --ray-address, a folder every node mounts.",
+            type=str,
+        ),
+        Spec(
             "rollout_gpus",
             "GPUs of each node kept for vLLM (--engine vllm); 0: vLLM shares every GPU with the trainer, asleep "
             "during updates.",
@@ -213,4 +218,6 @@ def build_config(agent: str, options: Mapping[str, Any], *, where: str = "the op
         options["verl_set"] = (value,) if isinstance(value, str) else tuple(str(v) for v in value)
     if "run_dir" in options:
         options["run_dir"] = Path(str(options["run_dir"]))
+    if options.get("checkpoint_dir") is not None:
+        options["checkpoint_dir"] = Path(str(options["checkpoint_dir"]))
     return TrainConfig(agent=agent, policy=PolicyConfig(**policy), **options)

@@ -227,6 +227,13 @@ class PolicyTrainer:
 
     # ------------------------------------------------------------------------------------ API
 
+    def to_device(self) -> None:
+        """Nothing moves: this trainer's model is also what the process generates or checks with; a plan counts
+        its weights as resident while vLLM runs beside it (agl_trainer.plan.build)."""
+
+    def to_host(self) -> None:
+        """See `to_device`."""
+
     @torch.no_grad()
     def logprobs(self, transitions: Sequence[Transition]) -> list[list[float]]:
         """The current policy's log-probs of each transition's response tokens (each agent's own policy)."""

@@ -8,10 +8,12 @@ from contextlib import ExitStack
 from pathlib import Path
 from typing import Any
 
+import torch
 from rich.console import Console
 
 from agl_trainer.backends import EngineError, InferenceBackend, RemoteAdapterEngine, RemoteWeightsEngine
 from agl_trainer.chat_format import engine_chat_template
+from agl_trainer.colocation import Colocation, TrainerTurnLogprobs, publish_first_weights
 from agl_trainer.engine_check import check_served_logprobs
 from agl_trainer.policy import PolicyTrainer
 from agl_trainer.serving import DEFAULT_MAX_TOKENS
@@ -70,13 +72,18 @@ def open_remote_engine(
     run_dir: Path,
     console: Console,
     stack: ExitStack,
+    server: VLLMServer | None = None,
+    sharing: Colocation | None = None,
 ) -> tuple[InferenceBackend, str, str]:
-    """(the inference backend, the URL the proxy forwards to, a description); with `url` None, a vLLM server is
-    started (and stopped by `stack`)."""
-    server = None
-    if url is None and not policy.config.lora and str(policy.device) == "cpu":
+    """(the inference backend, the URL the proxy forwards to, a description). With `url` None: `server`, a vLLM
+    server already started (on GPUs, before the trainer's model: agl_trainer.loop), or one started here (and
+    stopped by `stack`). `sharing`: vLLM and the trainer take turns on the GPUs (agl_trainer.colocation)."""
+    if url is None and server is None and not policy.config.lora and str(policy.device) == "cpu":
         raise EngineError(FULL_WEIGHTS_ON_CPU)
-    if url is None:
+    if server is not None:
+        url = server.url
+        where = f"vLLM at {url} (started in {server.startup_s or 0:.0f} s, log {server.settings.log_path})"
+    elif url is None:
         dtype = str(next(model.parameters()).dtype).removeprefix("torch.")
         server = start_vllm(
             model_path,
@@ -95,6 +102,9 @@ def open_remote_engine(
         where = f"vLLM at {url} (started in {server.startup_s:.0f} s, log {server.settings.log_path})"
     else:
         where = url
+    assert url is not None
+    # the trainer's side of each log-prob check runs on its turn of the GPUs when vLLM shares them
+    checked: Any = policy if sharing is None else TrainerTurnLogprobs(policy, sharing)
     published = run_dir / "published"
     backend: RemoteAdapterEngine | RemoteWeightsEngine
     if policy.config.lora:
@@ -103,15 +113,18 @@ def open_remote_engine(
         served_url = url
 
         def verify() -> None:  # each reload must serve the trainer's log-probs, or the run stops here
-            check_served_logprobs(served_url, policy, [(backend.served_name("default"), None)])
+            check_served_logprobs(served_url, checked, [(backend.served_name("default"), None)])
 
         # the weights the update changed: verl's actor's (gathered on its rank 0), else the model trained here
         save_policy = getattr(policy, "save_pretrained", None)
         if save_policy is not None:
-            dtype = getattr(model, "dtype", None)
+            # as the server loads them (bf16 on GPUs), else as the trainer holds them
+            weights_dtype = (
+                getattr(torch, server.settings.dtype) if server is not None else getattr(model, "dtype", None)
+            )
 
             def save_weights(target: Path) -> object:
-                return save_policy(target, dtype=dtype)
+                return save_policy(target, dtype=weights_dtype)
         else:
 
             def save_weights(target: Path) -> object:
@@ -119,10 +132,10 @@ def open_remote_engine(
 
         backend = RemoteWeightsEngine(url, save_weights, published, server=server, verify=verify)
     stack.callback(backend.close)
-    backend.weights_changed()
+    publish_first_weights(backend, sharing)
     agents = {adapter: agent for agent, adapter in sorted(policy.agent_adapters.items(), reverse=True)}
     adapters = backend.adapter_names() if isinstance(backend, RemoteAdapterEngine) else ["default"]
     served = [(backend.served_name(a), agents.get(a)) for a in adapters]
-    for result in check_served_logprobs(url, policy, served):
+    for result in check_served_logprobs(url, checked, served):
         console.print(f"  log-prob check · {result.line()}", style="dim")
     return backend, url, where

@@ -109,23 +109,25 @@ def _token_budget(req: PlanRequest, shape: ModelShape, layout: Layout, ranks: in
     return best
 
 
-def _vllm_servers(
-    req: PlanRequest, path: Path, shape: ModelShape, layout: Layout, longest: int
-) -> list[dict[str, Any]]:
-    from agl_trainer.vllm_server import VLLMNotFound, VLLMSettings, find_vllm_python, vllm_argv, vllm_env_changes
+def vllm_settings(
+    req: PlanRequest,
+    path: Path,
+    shape: ModelShape,
+    layout: Layout,
+    longest: int,
+    python: str,
+    chat_template: str | None,
+) -> Any:
+    """The `VLLMSettings` of each planned server (the same for every node): what the plan prints and the run starts."""
+    from agl_trainer.vllm_server import VLLMSettings
 
     assert layout.vllm is not None
     cfg = req.config
-    try:
-        python = str(find_vllm_python(cfg.vllm_python))
-    except VLLMNotFound:
-        python = "python"  # on the machine that runs it: an environment with vllm (make vllm)
-    renders = _template_renders_tools(path)
-    parser = tool_parser(shape, template_renders_tools=renders)
+    renders = _template_renders_tools(path) if chat_template is None else False
     adapters = 0
     if cfg.policy.lora:
         adapters = len({a for a in (cfg.train_agents or "").split(",") if a}) if cfg.per_agent_policies else 1
-    settings = VLLMSettings(
+    return VLLMSettings(
         model=path,
         log_path=Path(cfg.run_dir) / "logs" / "vllm.log",
         python=python,
@@ -134,26 +136,40 @@ def _vllm_servers(
         lora_adapters=adapters,
         lora_rank=cfg.policy.lora_rank,
         full_weights_reload=not cfg.policy.lora,
+        chat_template=chat_template,
         gpu_memory_utilization=layout.vllm.utilization,
-        tool_parser=parser.parser,
+        tool_parser=tool_parser(shape, template_renders_tools=renders).parser,
         max_model_len=longest,
         tensor_parallel=layout.vllm.tensor_parallel,
         data_parallel=layout.vllm.data_parallel,
         sleep_mode=layout.mode == "colocated",
     )
-    template = Path(cfg.run_dir) / "logs" / "vllm_chat_template.jinja" if renders is False else None
-    servers = []
-    for node in range(layout.vllm.nodes):
-        servers.append(
-            {
-                "node": node,
-                "gpus": layout.vllm.gpus_per_server,
-                "tool_parser": dataclasses.asdict(parser),
-                "argv": vllm_argv(settings, python, "<free port>", template),
-                "env": vllm_env_changes(settings),
-            }
-        )
-    return servers
+
+
+def _vllm_servers(
+    req: PlanRequest, path: Path, shape: ModelShape, layout: Layout, longest: int
+) -> list[dict[str, Any]]:
+    from agl_trainer.vllm_server import VLLMNotFound, find_vllm_python, vllm_argv, vllm_env_changes
+
+    assert layout.vllm is not None
+    try:
+        python = str(find_vllm_python(req.config.vllm_python))
+    except VLLMNotFound:
+        python = "python"  # on the machine that runs it: an environment with vllm (make vllm)
+    renders = _template_renders_tools(path)
+    settings = vllm_settings(req, path, shape, layout, longest, python, None)
+    template = Path(req.config.run_dir) / "logs" / "vllm_chat_template.jinja" if renders is False else None
+    parser = tool_parser(shape, template_renders_tools=renders)
+    return [
+        {
+            "node": node,
+            "gpus": layout.vllm.gpus_per_server,
+            "tool_parser": dataclasses.asdict(parser),
+            "argv": vllm_argv(settings, python, "<free port>", template),
+            "env": vllm_env_changes(settings),
+        }
+        for node in range(layout.vllm.nodes)
+    ]
 
 
 def _verl(req: PlanRequest, path: Path, tokens: int, warnings: list[dict[str, str]]) -> dict[str, Any]:
@@ -192,11 +208,30 @@ def _verl(req: PlanRequest, path: Path, tokens: int, warnings: list[dict[str, st
     return out
 
 
+@dataclasses.dataclass(frozen=True)
+class RunPlan:
+    """What a run takes from its plan besides the printed object."""
+
+    path: Path
+    shape: ModelShape
+    layout: Layout
+    longest: int
+    token_budget: int
+    fits: bool
+    refusal: str | None
+
+
 def make_plan(req: PlanRequest) -> dict[str, Any]:
     """The plan of `req.config` on `req.hardware` (see the module's docstring)."""
+    return plan_run(req)[0]
+
+
+def plan_run(req: PlanRequest) -> tuple[dict[str, Any], RunPlan]:
+    """The plan (the printed object) and what the run itself uses of it."""
     from agl_trainer.models import resolve_model
 
     cfg, hw = req.config, req.hardware
+    cfg.validate()  # what a run refuses, the plan refuses too
     hw.validate()
     path = resolve_model(cfg.model)
     shape = read_shape(path)
@@ -227,6 +262,13 @@ def make_plan(req: PlanRequest) -> dict[str, Any]:
             {
                 "message": f"{hw.nodes} nodes need a Ray cluster spanning them",
                 "change": "start Ray on each node (ray start --head / --address) and pass --ray-address",
+            }
+        )
+    if vllm and hw.nodes > 1:
+        warnings.append(
+            {
+                "message": "agl starts the vLLM server of the node it runs on; the other nodes' servers are listed",
+                "change": "start each listed server on its node (same argv and env) and point the proxy at them",
             }
         )
     if not vllm and shape.params > 3e9:
@@ -288,7 +330,7 @@ def make_plan(req: PlanRequest) -> dict[str, Any]:
         "fits": fits,
         "refusal": refusal,
     }
-    return plan
+    return plan, RunPlan(path, shape, layout, longest, tokens, fits, refusal)
 
 
 def _vllm_knob(shape: ModelShape, hw: Hardware, layout: Layout, longest: int) -> str:

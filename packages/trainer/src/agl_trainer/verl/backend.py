@@ -37,6 +37,7 @@ from agl_trainer.verl import import_verl
 from agl_trainer.verl.batch import PackedBatch, pack, per_transition, response_values, to_worker_input
 from agl_trainer.verl.cpu import cpu_micro_batch_tokens, cpu_worker_env, select_cpu_platform_here
 from agl_trainer.verl.loss import agl_ppo_loss
+from agl_trainer.verl.placement import reserve
 from agl_trainer.verl.settings import VerlProfile, actor_settings, cpu_profile, cuda_profile, root_config, validate
 
 log = logging.getLogger(__name__)
@@ -88,10 +89,16 @@ class VerlPolicy:
         seed: int = 42,
         overrides: Mapping[str, Any] | None = None,
         profile: VerlProfile | None = None,
+        placement: Sequence[int] | None = None,
     ) -> None:
         self.verl_version = import_verl()
         if workers < 1:
             raise ValueError(f"workers must be ≥ 1, got {workers}")
+        # ranks per node: one pool per node, as verl's trainer builds them ([gpus_per_node] * nodes); one pool
+        # larger than a node is a placement group Ray never schedules
+        self.placement = list(placement) if placement is not None else [workers]
+        if sum(self.placement) != workers or min(self.placement) < 1:
+            raise ValueError(f"placement {self.placement} must give each of the {workers} workers a node")
         if config.kl_coef > 0 and not config.lora:
             raise ValueError("kl_coef > 0 needs LoRA (the reference is the base model with the adapter off)")
         if device == "auto":
@@ -145,14 +152,15 @@ class VerlPolicy:
             return  # someone in this process already joined a cluster: share it, and leave it to them
         env = {"env_vars": {"TOKENIZERS_PARALLELISM": "false"}}
         if address is not None:
-            ray.init(address=address, runtime_env=env, log_to_driver=False)
+            # the workers' logs reach this process: an NCCL error on another node is otherwise invisible
+            ray.init(address=address, runtime_env=env, log_to_driver=True)
         else:
             ray.init(
                 num_cpus=num_cpus or self.workers,
                 num_gpus=self.workers if self.device == "cuda" else 0,
                 include_dashboard=False,
                 runtime_env=env,
-                log_to_driver=False,
+                log_to_driver=self.device == "cuda",  # on GPUs NCCL's errors arrive only in the workers' logs
                 configure_logging=False,
             )
         self._owns_ray = True
@@ -185,7 +193,11 @@ class VerlPolicy:
                 f"{free.get('GPU', 0)} GPU free: start Ray with more (num_cpus=…) or use fewer workers"
             )
         # one CPU (and on CUDA one GPU) per worker: verl's default asks for 10 CPUs per worker
-        pool = self._pool = RayResourcePool(process_on_nodes=[self.workers], use_gpu=on_gpu, max_colocate_count=1)
+        pool = self._pool = RayResourcePool(process_on_nodes=self.placement, use_gpu=on_gpu, max_colocate_count=1)
+        # the same groups verl would ask for, one per node, but waited for with a deadline (verl waits for ever)
+        from verl.single_controller.ray.base import sort_placement_group_by_node_ip
+
+        pool.pgs = sort_placement_group_by_node_ip(reserve(self.placement, gpu_resource="GPU" if on_gpu else None))
         worker = RayClassWithInitArgs(cls=ray.remote(AglActorWorker), config=arr, role="actor")
         self._wg = RayWorkerGroup(
             resource_pool=pool,
@@ -315,6 +327,18 @@ class VerlPolicy:
         stats.micro_batches = round(total("agl/micro_batches"))
         if "agl/kl_loss" in metrics:
             stats.extra["kl_loss"] = total("agl/kl_loss")
+
+    # ------------------------------------------------------------------------------------------ GPU turns
+
+    def to_device(self) -> None:
+        """The actor's weights, gradients and optimizer moments back on the GPUs (agl_trainer.colocation)."""
+        if self.device == "cuda":
+            self._wg.to("cuda", model=True, optimizer=True, grad=True)
+
+    def to_host(self) -> None:
+        """The actor's state to host memory, freeing the GPUs for vLLM while it generates."""
+        if self.device == "cuda":
+            self._wg.to("cpu", model=True, optimizer=True, grad=True)
 
     # ------------------------------------------------------------------------------------------ weights out
 

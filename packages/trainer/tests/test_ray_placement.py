@@ -1,0 +1,150 @@
+"""The trainer's ranks on a Ray cluster of two nodes: two `ray start` processes on loopback, the second joining the
+first, each declaring GPUs it does not have (Ray only places by them). One placement group per node lands each on
+its own node; a pool larger than a node fails within its deadline, naming the cluster, instead of waiting for ever;
+verl's actor worker runs one rank on each node (on the CPU) and updates."""
+
+from __future__ import annotations
+
+import copy
+import importlib.util
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import pytest
+
+from agl_trainer.plan.hardware import Hardware
+from agl_trainer.plan.layout import trainer_placement
+
+pytestmark = pytest.mark.slow
+
+if importlib.util.find_spec("ray") is None or importlib.util.find_spec("verl") is None:
+    pytest.skip('Ray and verl are not installed (pip install "agl-trainer[verl]")', allow_module_level=True)
+
+# token authentication off for this throw-away cluster on loopback, in its processes and in this one
+ENV = {**os.environ, "RAY_USAGE_STATS_ENABLED": "0", "RAY_AUTH_MODE": "disabled"}
+
+
+def ray_cli() -> str:
+    return str(Path(sys.executable).with_name("ray"))
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+@contextmanager
+def two_nodes(tmp_path: Path, gpus: int = 2, cpus: int = 2) -> Iterator[str]:
+    """A head node and a second node joining it, each with `cpus` CPUs and `gpus` declared GPUs; the address.
+    Both run with `--block`, so this process owns them and stops them (and only them) at the end."""
+    port = free_port()
+    address = f"127.0.0.1:{port}"
+    common = ["--num-cpus", str(cpus), "--num-gpus", str(gpus), "--disable-usage-stats", "--block"]
+    # Ray's unix sockets live under its temp dir, whose path must stay short (a socket path has ~107 bytes)
+    temp = tempfile.mkdtemp(prefix="agl-ray-", dir="/tmp")
+    head_args = ["--head", "--port", str(port), "--include-dashboard", "false", "--temp-dir", temp]
+    procs: list[subprocess.Popen[bytes]] = []
+    try:
+        for name, args in (("head", head_args), ("second", ["--address", address])):
+            log = (tmp_path / f"ray-{name}.log").open("wb")
+            procs.append(
+                subprocess.Popen(
+                    [ray_cli(), "start", *args, "--node-ip-address", "127.0.0.1", *common],
+                    env=ENV,
+                    stdout=log,
+                    stderr=subprocess.STDOUT,
+                    start_new_session=True,
+                )
+            )
+            time.sleep(3)  # the head's GCS listens before the second node dials it
+            assert procs[-1].poll() is None, (tmp_path / f"ray-{name}.log").read_text()[-3000:]
+        yield address
+    finally:
+        for proc in reversed(procs):
+            proc.terminate()  # `ray start --block` stops its node's processes when it ends
+        for proc in reversed(procs):
+            try:
+                proc.wait(30)
+            except subprocess.TimeoutExpired:
+                os.killpg(proc.pid, 9)
+                proc.wait(10)
+        shutil.rmtree(temp, ignore_errors=True)
+
+
+@contextmanager
+def connected(address: str, nodes: int = 2, timeout_s: float = 90.0) -> Iterator[None]:
+    import ray
+
+    os.environ["RAY_AUTH_MODE"] = "disabled"
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            ray.init(address=address, log_to_driver=False, configure_logging=False)
+            break
+        except ConnectionError:
+            assert time.monotonic() < deadline, f"no Ray head at {address}"
+            time.sleep(1)
+    try:
+        while sum(1 for n in ray.nodes() if n.get("Alive")) < nodes:
+            assert time.monotonic() < deadline, f"the second node did not join: {ray.nodes()}"
+            time.sleep(0.5)
+        yield
+    finally:
+        ray.shutdown()
+
+
+def test_one_group_per_node_and_a_pool_larger_than_a_node_fails_in_time(tmp_path: Path) -> None:
+    from ray.util.placement_group import placement_group_table, remove_placement_group
+
+    from agl_trainer.verl.placement import reserve
+
+    placement = trainer_placement(4, Hardware(gpus_per_node=2, nodes=2), 2)
+    assert placement == [2, 2]  # what the plan asks Ray for on this cluster
+    with two_nodes(tmp_path) as address, connected(address):
+        groups = reserve(placement, gpu_resource="GPU", timeout_s=60)
+        nodes = []
+        for group in groups:
+            bundle_nodes = set(placement_group_table(group)["bundles_to_node_id"].values())
+            assert len(bundle_nodes) == 1  # a node's ranks together (STRICT_PACK)
+            nodes.append(bundle_nodes.pop())
+        assert len(set(nodes)) == 2  # and each node's group on its own node
+        for group in groups:
+            remove_placement_group(group)
+        # four GPUs on one node: no node has them; an error within the deadline, not a hang
+        t0 = time.monotonic()
+        with pytest.raises(RuntimeError, match=r"asked for \[4\] ranks per node.*2 node\(s\).*2 GPU"):
+            reserve([4], gpu_resource="GPU", timeout_s=5)
+        assert time.monotonic() - t0 < 20
+
+
+def test_verl_runs_one_rank_on_each_node(tmp_path: Path, tiny_model_dir: Path) -> None:
+    from test_verl_policy import fixed_batch
+
+    from agl_trainer.config import PolicyConfig
+    from agl_trainer.policy import PolicyTrainer
+    from agl_trainer.verl.backend import VerlPolicy
+
+    cfg = PolicyConfig(lr=1e-2)
+    with two_nodes(tmp_path, gpus=0) as address, connected(address):
+        from agl_trainer.models import load_model
+
+        model, tokenizer = load_model(tiny_model_dir, device="cpu")
+        from agl_trainer.policy import wrap_lora
+
+        twin = PolicyTrainer(wrap_lora(model, cfg), cfg, pad_id=tokenizer.pad_token_id)
+        batch = fixed_batch(twin)
+        with VerlPolicy(tiny_model_dir, cfg, workers=2, ray_address=address, placement=[1, 1], device="cpu") as policy:
+            before = policy.logprobs(batch)
+            stats = policy.update(copy.deepcopy(batch))
+            after = policy.logprobs(batch)
+        assert stats.tokens > 0 and stats.grad_norm > 0
+        assert max(abs(a - b) for x, y in zip(before, after, strict=True) for a, b in zip(x, y, strict=True)) > 1e-4
