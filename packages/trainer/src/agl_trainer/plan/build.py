@@ -71,6 +71,9 @@ def _update_setup(req: PlanRequest, shape: ModelShape, tokens: int, ranks: int) 
         compute_bytes=2,
         # verl's CUDA profile checkpoints; agl's own trainer keeps every layer's activations
         gradient_checkpointing=req.config.trainer == "verl",
+        # agl's trainer computes logits at response positions only: a quarter of the budget is a generous bound
+        # for agents whose prompts (system prompt, history, tool results) outweigh their answers
+        logit_tokens=None if req.config.trainer == "verl" else tokens // 4,
     )
 
 

@@ -47,6 +47,8 @@ class UpdateSetup:
     gradient_checkpointing: bool = True
     fused_logprobs: bool = False
     cuda: bool = True  # a CUDA context and the caching allocator's slack
+    # positions whose logits are computed: verl's actor, every token; agl's own trainer, response tokens only
+    logit_tokens: int | None = None
 
     @property
     def trainable(self) -> int:
@@ -69,7 +71,8 @@ def update_memory(setup: UpdateSetup) -> dict[str, float]:
         activations = s.layers * setup.tokens * s.hidden * c + 2 * per_layer
     else:
         activations = s.layers * per_layer + per_layer  # + the layer whose gradients are being computed
-    logits = setup.tokens * s.vocab * (c if setup.fused_logprobs else c + 12)
+    logit_tokens = setup.tokens if setup.logit_tokens is None else setup.logit_tokens
+    logits = logit_tokens * s.vocab * (c if setup.fused_logprobs else c + 12)
     parts = {
         "weights": (base + gathered + (setup.trainable * 4 / setup.ranks if setup.lora else 0)) / GIB,
         "gradients": setup.trainable * 4 / setup.ranks / GIB,
