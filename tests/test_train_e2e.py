@@ -289,6 +289,41 @@ def test_two_steps_with_the_verl_trainer(tmp_path: Path) -> None:
     assert sum(a * n * d for a, n, d in moves) > 0, moves  # what one gradient step on this batch guarantees
 
 
+def test_two_steps_with_verl_and_a_policy_per_agent(tmp_path: Path) -> None:
+    """`--trainer verl --per-agent-policies` on the two-agent example: one verl actor per selected agent, each
+    agent's calls served by its own adapter and its transitions training that adapter alone (the unit test in
+    test_verl_policy checks the alone)."""
+    if importlib.util.find_spec("verl") is None:
+        if os.environ.get("AGL_SKIP_VERL_TESTS"):
+            pytest.skip('AGL_SKIP_VERL_TESTS is set and verl is not installed (pip install "agl-trainer[verl]")')
+        pytest.fail('verl is not installed: pip install "agl-trainer[verl]" (make install does)')
+    model = build_tiny_llama(tmp_path / "tiny")
+    run_dir = tmp_path / "run"
+    cfg = dataclasses.replace(
+        config(run_dir, model, steps=2),
+        agent=AGENT.replace("parity_agent", "duo_agent"),
+        train_agents="speaker,listener",
+        per_agent_policies=True,
+        trainer="verl",
+    )
+    TrainingRun(cfg).run()
+    train = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines() if '"train"' in line]
+    assert len(train) == 2
+    for row in train:
+        assert row["failed"] == 0
+        assert row["update_transitions/speaker"] > 0 and row["update_transitions/listener"] > 0
+        assert row["update_transitions/speaker"] + row["update_transitions/listener"] == row["transitions"]
+    for agent in ("speaker", "listener"):
+        folder = run_dir / "checkpoints" / "step-2" / "agents" / f"policy-{agent}" / "adapter"
+        adapter = load_file(str(folder / "adapter_model.safetensors"))
+        assert any(float(t.abs().max()) > 0 for name, t in adapter.items() if "lora_B" in name), agent
+    with Store(run_dir) as store:
+        rollouts, _ = store.list_rollouts(step=1, limit=1000)
+        details = store.rollout_details([r.id for r in rollouts if r.mode == "train"])
+    served = {(c.agent_name, c.model) for d in details for c in d.llm_calls}
+    assert served == {("speaker", "policy-speaker"), ("listener", "policy-listener")}
+
+
 def logprob_moves(run_dir: Path, model: Path, step: int) -> list[tuple[float, int, float]]:
     """(advantage, response tokens, mean change of the response's log-probs) for each transition of `step`, between
     the checkpoints before and after that step's update, computed by agl's trainer (not the backend that trained)."""

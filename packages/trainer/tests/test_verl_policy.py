@@ -342,3 +342,41 @@ def test_full_finetuned_weights_reach_vllm_and_the_embedded_engine_from_the_acto
         full.load_into(model)
         local = model.state_dict()
         assert all(torch.equal(local[k], actor[k]) for k in base)
+
+
+def test_a_policy_per_agent_changes_only_on_its_own_agents_transitions(
+    ray_cluster: None, tiny_model_dir: Path, initial_adapter: Path, tmp_path: Path
+) -> None:
+    from agl_trainer.policy import agent_adapters
+    from agl_trainer.verl.per_agent import PerAgentVerlPolicy
+
+    adapters = agent_adapters(["speaker", "listener"])
+    batch = fixed_batch(agl_twin(tiny_model_dir, initial_adapter, config()))
+    for t in batch:
+        t.agent_name = "speaker"
+
+    def make(adapter: str) -> VerlPolicy:
+        return VerlPolicy(tiny_model_dir, config(), initial_adapter=initial_adapter)
+
+    with PerAgentVerlPolicy(adapters, make) as policies:
+        speaker, listener = policies.policies[adapters["speaker"]], policies.policies[adapters["listener"]]
+        before = {name: p.state_dict_for_engine() for name, p in policies.policies.items()}
+        stats = policies.update(copy.deepcopy(batch))  # the speaker's transitions only
+        assert stats.extra["transitions/speaker"] == len(batch) and "transitions/listener" not in stats.extra
+        moved = speaker.state_dict_for_engine()
+        kept = listener.state_dict_for_engine()
+        assert max((moved[k] - before[adapters["speaker"]][k]).abs().max().item() for k in moved) > 1e-4
+        assert all(torch.equal(kept[k], before[adapters["listener"]][k]) for k in kept)
+        # the listener's own transitions move the listener, not the speaker
+        for t in batch:
+            t.agent_name = "listener"
+        policies.update(copy.deepcopy(batch))
+        assert all(torch.equal(speaker.state_dict_for_engine()[k], moved[k]) for k in moved)
+        assert max((listener.state_dict_for_engine()[k] - kept[k]).abs().max().item() for k in kept) > 1e-4
+        # each agent's adapter is saved where the engine loads it from
+        policies.save(tmp_path / "ckpt")
+        for adapter in adapters.values():
+            assert (policies.adapter_folder(tmp_path / "ckpt", adapter) / "adapter_model.safetensors").is_file()
+        with pytest.raises(ValueError, match="no policy of its own"):
+            batch[0].agent_name = "critic"
+            policies.logprobs(batch[:1])

@@ -91,3 +91,33 @@ def test_batch_refuses_transitions_without_behaviour_logprobs() -> None:
     with pytest.raises(ValueError, match="behaviour log-probs"):
         pack([t], pad_id=0, advantages=[1.0], seq_weights=[1.0])
     assert pack([t], pad_id=0).rows == 1  # log-probs are not needed to compute them
+
+
+def test_balanced_batches_give_each_rank_about_the_same_tokens() -> None:
+    from agl_trainer.verl.batch import balanced_order
+
+    lengths = [900, 850, 800, 820, 30, 20, 40, 25]  # the long transitions happen to come first
+    naive = [sum(lengths[:4]), sum(lengths[4:])]  # verl's contiguous split of the given order
+    order = balanced_order(lengths, 2)
+    chunks = [order[:4], order[4:]]
+    totals = [sum(lengths[i] for i in chunk if i is not None) for chunk in chunks]
+    assert sorted(i for i in order if i is not None) == list(range(8))  # every row once
+    assert max(totals) - min(totals) < 0.2 * (max(naive) - min(naive))
+    # an odd batch: one placeholder, in the lighter chunk
+    odd = balanced_order([100, 90, 10], 2)
+    assert len(odd) == 4 and odd.count(None) == 1
+
+
+def test_a_balanced_batch_maps_each_transition_to_its_row() -> None:
+    ts = [transition([1] * 9, [2] * 9), transition([1], [2]), transition([1] * 8, [2] * 8), transition([1], [2, 2])]
+    batch = pack(ts, pad_id=0, multiple_of=2, advantages=[1.0, 2.0, 3.0, 4.0], seq_weights=[1.0] * 4, balance=True)
+    x = batch.tensors
+    assert sorted(batch.positions) == [0, 1, 2, 3]
+    for k, (t, row) in enumerate(zip(ts, batch.positions, strict=True)):
+        r = len(t.response_ids)
+        assert x["responses"][row, :r].tolist() == t.response_ids
+        assert x["advantages"][row, 0].item() == [1.0, 2.0, 3.0, 4.0][k]
+    # the two long transitions on different ranks (rows 0-1 go to the first, 2-3 to the second)
+    assert {batch.positions[0] // 2, batch.positions[2] // 2} == {0, 1}
+    values = torch.arange(4 * 9, dtype=torch.float32).reshape(4, 9)
+    assert values[batch.positions][1, 0].item() == values[batch.positions[1], 0].item()

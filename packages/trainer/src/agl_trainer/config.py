@@ -122,8 +122,6 @@ class TrainConfig:
             problems.append(f"rollout_gpus must be ≥ 0, got {self.rollout_gpus}")
         if self.rollout_gpus and self.engine != "vllm":
             problems.append("rollout_gpus gives GPUs to vLLM: give it with engine 'vllm'")
-        if self.trainer == "verl" and self.per_agent_policies:
-            problems.append("per_agent_policies is not supported with trainer 'verl' yet: one policy for all agents")
         if self.engine_url and self.engine == "vllm":
             problems.append("engine_url attaches to a running engine: leave engine 'embedded' (or drop engine_url)")
         try:

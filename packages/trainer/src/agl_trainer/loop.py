@@ -236,7 +236,9 @@ class TrainingRun:
 
         cfg = self.config
         self.console.print(
-            f"verl trainer: {cfg.trainer_workers} rank(s) on "
+            f"verl trainer: {cfg.trainer_workers} rank(s)"
+            + (f" for each of {len(self.agent_adapters)} agents' policies" if self.agent_adapters else "")
+            + " on "
             + (f"Ray at {cfg.ray_address}" if cfg.ray_address else "a local Ray")
         )
         profile = None
@@ -246,20 +248,33 @@ class TrainingRun:
             profile = cuda_profile(self.gpu_plan.token_budget)
         from agl_trainer.verl.settings import parse_overrides
 
-        policy = VerlPolicy(
-            path,
-            cfg.policy,
-            pad_id=tokenizer.pad_token_id,
-            workers=cfg.trainer_workers,
-            ray_address=cfg.ray_address,
-            device="cuda" if profile is not None else cfg.device,
-            seed=cfg.seed,
-            overrides=parse_overrides(list(cfg.verl_set)),
-            profile=profile,
-            placement=self.gpu_plan.layout.trainer_gpus_per_node if self.gpu_plan is not None else None,
-        )
+        actors = len(set(self.agent_adapters.values())) or 1  # one verl actor per agent's policy
+
+        def make(adapter: str | None = None) -> VerlPolicy:
+            return VerlPolicy(
+                path,
+                cfg.policy,
+                pad_id=tokenizer.pad_token_id,
+                workers=cfg.trainer_workers,
+                ray_address=cfg.ray_address,
+                num_cpus=cfg.trainer_workers * actors,  # a local Ray holds every actor's ranks
+                device="cuda" if profile is not None else cfg.device,
+                seed=cfg.seed,
+                overrides=parse_overrides(list(cfg.verl_set)),
+                profile=profile,
+                # the plan's ranks per node for one actor; each agent's actor asks for its own ranks
+                placement=self.gpu_plan.layout.trainer_gpus_per_node if self.gpu_plan and actors == 1 else None,
+            )
+
+        policy: Any
+        if self.agent_adapters:
+            from agl_trainer.verl.per_agent import PerAgentVerlPolicy
+
+            policy = PerAgentVerlPolicy(self.agent_adapters, make)
+        else:
+            policy = make()
         stack.callback(policy.close)
-        return policy
+        return cast(PolicyBackend, policy)
 
     def _publish(self, step: int, **metadata: Any) -> None:
         """Tell the proxy a new policy version serves from now on (and, per agent, which model serves whom)."""

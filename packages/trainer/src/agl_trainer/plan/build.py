@@ -249,8 +249,13 @@ def plan_run(req: PlanRequest) -> tuple[dict[str, Any], RunPlan]:
         )
         longest = shape.max_positions
     ranks = cfg.trainer_workers if cfg.trainer == "verl" else 1
+    # verl trains one adapter per actor: with a policy per agent, each agent's actor has ranks of its own
+    actors = len({a for a in (cfg.train_agents or "").split(",") if a}) if cfg.per_agent_policies else 1
+    actors = actors if cfg.trainer == "verl" else 1
     vllm = cfg.engine == "vllm" and cfg.engine_url is None
-    layout = choose_layout(shape, hw, ranks=ranks, rollout_gpus=req.rollout_gpus, max_model_len=longest, vllm=vllm)
+    layout = choose_layout(
+        shape, hw, ranks=ranks * actors, rollout_gpus=req.rollout_gpus, max_model_len=longest, vllm=vllm
+    )
     trainer_gpus = sum(layout.trainer_gpus_per_node)
     if cfg.trainer == "verl" and trainer_gpus < hw.gpus - (req.rollout_gpus or 0) * hw.nodes:
         free = hw.gpus - (req.rollout_gpus or 0) * hw.nodes
@@ -310,6 +315,7 @@ def plan_run(req: PlanRequest) -> tuple[dict[str, Any], RunPlan]:
             "engine": cfg.engine,
             "lora": cfg.policy.lora,
             "trainer_workers": ranks,
+            "verl_actors": actors if cfg.trainer == "verl" else 0,
             "max_transition_tokens": longest,
         },
         "placement": {

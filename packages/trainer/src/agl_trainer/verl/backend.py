@@ -157,7 +157,7 @@ class VerlPolicy:
         else:
             ray.init(
                 num_cpus=num_cpus or self.workers,
-                num_gpus=self.workers if self.device == "cuda" else 0,
+                num_gpus=torch.cuda.device_count() if self.device == "cuda" else 0,
                 include_dashboard=False,
                 runtime_env=env,
                 log_to_driver=self.device == "cuda",  # on GPUs NCCL's errors arrive only in the workers' logs
@@ -220,7 +220,7 @@ class VerlPolicy:
     # ------------------------------------------------------------------------------------------ PolicyBackend
 
     def _pack(self, transitions: Sequence[Transition], **kwargs: Any) -> PackedBatch:
-        return pack(transitions, pad_id=self.pad_id, multiple_of=self.workers, **kwargs)
+        return pack(transitions, pad_id=self.pad_id, multiple_of=self.workers, balance=True, **kwargs)
 
     def _token_budget(self, batch: PackedBatch) -> dict[str, Any]:
         """The micro-batch token budget verl uses for `batch` (only on a CPU: see CPU_LOGITS_BYTES)."""
@@ -281,7 +281,7 @@ class VerlPolicy:
         if self.config.kl_coef > 0:
             ref = self._log_probs(batch, reference=True)
             padded = torch.zeros_like(batch.tensors["old_log_probs"])
-            padded[: batch.rows] = ref
+            padded[batch.positions] = ref
             extra["ref_log_prob"] = padded
         td = to_worker_input(
             batch,

@@ -8,7 +8,8 @@ sequence's logits by its own), and for an update `old_log_probs`, `advantages` a
 
 The batch is padded with placeholder rows (one pad token of prompt, one of response, response mask 0) to a
 multiple of the data-parallel size, since verl splits it evenly over the ranks; those rows carry no loss (verl's
-sequence-mean skips sequences without response tokens) and are dropped from every result.
+sequence-mean skips sequences without response tokens) and are dropped from every result. With several ranks the
+rows are ordered so that each rank's chunk holds about the same number of tokens (`balanced_order`).
 `to_worker_input` then does what `RayPPOTrainer._update_actor` / `_compute_old_log_prob` do: DataProto →
 TensorDict → verl's no-padding (nested) layout, plus the call's settings.
 """
@@ -27,15 +28,36 @@ from agl_trainer.verl.loss import SEQ_WEIGHTS
 
 @dataclass
 class PackedBatch:
-    """The padded tensors of a batch; `rows` of them are real, `response_lengths[i]` tokens of row i's response."""
+    """The padded tensors of a batch: transition i sits at row `positions[i]` (the other rows are placeholders)
+    and has `response_lengths[i]` response tokens."""
 
     tensors: dict[str, torch.Tensor]
     rows: int
     response_lengths: list[int] = field(default_factory=list)
+    positions: list[int] = field(default_factory=list)
 
     @property
     def size(self) -> int:
         return int(self.tensors["input_ids"].shape[0])
+
+
+def balanced_order(lengths: Sequence[int], ranks: int) -> list[int | None]:
+    """The rows of a batch in the order that gives each of `ranks` data-parallel ranks (verl splits the batch into
+    equal contiguous chunks) about the same number of tokens, as verl's trainer balances its batches: the longest
+    first, each to the rank with the fewest tokens that has a row free. `None` marks a placeholder row (the batch
+    is padded to a multiple of `ranks`). Without balancing, one rank can get all the long transitions and every
+    other rank waits for it at each step."""
+    per_rank = -(-len(lengths) // ranks)
+    chunks: list[list[int]] = [[] for _ in range(ranks)]
+    totals = [0] * ranks
+    for i in sorted(range(len(lengths)), key=lambda i: (-lengths[i], i)):
+        rank = min((r for r in range(ranks) if len(chunks[r]) < per_rank), key=lambda r: (totals[r], r))
+        chunks[rank].append(i)
+        totals[rank] += lengths[i]
+    order: list[int | None] = []
+    for chunk in chunks:
+        order += sorted(chunk) + [None] * (per_rank - len(chunk))
+    return order
 
 
 def pack(
@@ -45,8 +67,11 @@ def pack(
     multiple_of: int = 1,
     advantages: Sequence[float] | None = None,
     seq_weights: Sequence[float] | None = None,
+    balance: bool = False,
 ) -> PackedBatch:
-    """The padded tensors of `transitions` (log-probs, advantages and weights only when `advantages` is given)."""
+    """The padded tensors of `transitions` (log-probs, advantages and weights only when `advantages` is given).
+    `balance`: rows ordered so that each of the `multiple_of` ranks gets about the same tokens (`balanced_order`);
+    else in the given order, placeholders last."""
     if not transitions:
         raise ValueError("an empty batch")
     for t in transitions:
@@ -56,6 +81,15 @@ def pack(
             raise ValueError(f"transition {t.call_ids}: response_mask and response_ids differ in length")
     rows = len(transitions)
     size = -(-rows // multiple_of) * multiple_of
+    if balance and multiple_of > 1:
+        order = balanced_order([len(t.prompt_ids) + len(t.response_ids) for t in transitions], multiple_of)
+    else:
+        order = [*range(rows), *([None] * (size - rows))]
+    positions = [0] * rows
+    for position, index in enumerate(order):
+        if index is not None:
+            positions[index] = position
+    placeholders = [position for position, index in enumerate(order) if index is None]
     prompt_len = max(len(t.prompt_ids) for t in transitions)
     response_len = max(len(t.response_ids) for t in transitions)
     prompts = torch.full((size, prompt_len), pad_id, dtype=torch.long)
@@ -64,7 +98,7 @@ def pack(
     response_attention = torch.zeros((size, response_len), dtype=torch.long)
     response_mask = torch.zeros((size, response_len), dtype=torch.long)
     temperature = torch.ones(size, dtype=torch.float32)
-    for i, t in enumerate(transitions):
+    for t, i in zip(transitions, positions, strict=True):
         p, r = len(t.prompt_ids), len(t.response_ids)
         prompts[i, prompt_len - p :] = torch.tensor(t.prompt_ids, dtype=torch.long)
         prompt_attention[i, prompt_len - p :] = 1
@@ -73,8 +107,8 @@ def pack(
         response_mask[i, :r] = torch.tensor(t.response_mask, dtype=torch.long)
         temperature[i] = float(t.temperature)
     # placeholder rows: one token each, nothing trained
-    prompt_attention[rows:, -1] = 1
-    response_attention[rows:, 0] = 1
+    prompt_attention[placeholders, -1] = 1
+    response_attention[placeholders, 0] = 1
     attention = torch.cat([prompt_attention, response_attention], dim=1)
     tensors = {
         "prompts": prompts,
@@ -91,15 +125,16 @@ def pack(
         old = torch.zeros((size, response_len), dtype=torch.float32)
         adv = torch.zeros((size, response_len), dtype=torch.float32)
         weights = torch.zeros(size, dtype=torch.float32)
-        for i, t in enumerate(transitions):
+        for k, (t, i) in enumerate(zip(transitions, positions, strict=True)):
             r = len(t.response_ids)
             if t.logprobs is None or len(t.logprobs) != r:
                 raise ValueError(f"transition {t.call_ids} has no behaviour log-probs for each response token")
             old[i, :r] = torch.tensor(t.logprobs, dtype=torch.float32)
-            adv[i, :r] = float(advantages[i])
-            weights[i] = float(seq_weights[i])
+            adv[i, :r] = float(advantages[k])
+            weights[i] = float(seq_weights[k])
         tensors.update({"old_log_probs": old, "advantages": adv, SEQ_WEIGHTS: weights})
-    return PackedBatch(tensors=tensors, rows=rows, response_lengths=[len(t.response_ids) for t in transitions])
+    lengths = [len(t.response_ids) for t in transitions]
+    return PackedBatch(tensors=tensors, rows=rows, response_lengths=lengths, positions=positions)
 
 
 def to_worker_input(batch: PackedBatch, extra: Mapping[str, torch.Tensor] | None = None, **settings: Any) -> Any:
@@ -121,7 +156,7 @@ def response_values(output: Any, key: str, td: Any, batch: PackedBatch) -> torch
     from verl.workers.utils.padding import no_padding_2_padding
 
     values: torch.Tensor = no_padding_2_padding(tu.get(output, key), td).float()
-    return values[: batch.rows]
+    return values[batch.positions]  # the transitions' own order, placeholders dropped
 
 
 def per_transition(values: torch.Tensor, batch: PackedBatch) -> list[list[float]]:
