@@ -121,3 +121,10 @@ def test_a_balanced_batch_maps_each_transition_to_its_row() -> None:
     assert {batch.positions[0] // 2, batch.positions[2] // 2} == {0, 1}
     values = torch.arange(4 * 9, dtype=torch.float32).reshape(4, 9)
     assert values[batch.positions][1, 0].item() == values[batch.positions[1], 0].item()
+
+
+def test_one_shared_temperature_is_handed_to_verl_as_a_scalar() -> None:
+    shared = pack([transition([1], [2]), transition([3, 4], [5], temperature=1.0)], pad_id=0, multiple_of=2)
+    assert shared.shared_temperature == 1.0 and "temperature" not in shared.tensors
+    mixed = pack([transition([1], [2], temperature=0.7), transition([3], [4])], pad_id=0)
+    assert mixed.shared_temperature is None and mixed.tensors["temperature"].tolist() == pytest.approx([0.7, 1.0])

@@ -101,6 +101,9 @@ def load_model(path: str | os.PathLike[str], *, device: str | None = None, dtype
 
     device = pick_device(device)
     dtype = dtype or (torch.bfloat16 if device.startswith("cuda") else torch.float32)
+    if device.startswith("cuda"):  # fp32 work (log-softmax, the LoRA weights' optimizer) on tensor cores
+        torch.backends.cuda.matmul.allow_tf32 = True
+        torch.backends.cudnn.allow_tf32 = True
     tokenizer = AutoTokenizer.from_pretrained(path)
     model: Any = AutoModelForCausalLM.from_pretrained(path, dtype=dtype)
     model = model.to(device)

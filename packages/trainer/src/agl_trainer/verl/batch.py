@@ -35,6 +35,9 @@ class PackedBatch:
     rows: int
     response_lengths: list[int] = field(default_factory=list)
     positions: list[int] = field(default_factory=list)
+    # the one temperature every transition was sampled at, handed to verl as a scalar (its fused log-prob kernels
+    # take no per-sequence temperature, and a scalar 1.0 skips scaling the logits); None: a tensor, one per row
+    shared_temperature: float | None = None
 
     @property
     def size(self) -> int:
@@ -134,7 +137,13 @@ def pack(
             weights[i] = float(seq_weights[k])
         tensors.update({"old_log_probs": old, "advantages": adv, SEQ_WEIGHTS: weights})
     lengths = [len(t.response_ids) for t in transitions]
-    return PackedBatch(tensors=tensors, rows=rows, response_lengths=lengths, positions=positions)
+    temperatures = {float(t.temperature) for t in transitions}
+    shared = temperatures.pop() if len(temperatures) == 1 else None
+    if shared is not None:
+        del tensors["temperature"]
+    return PackedBatch(
+        tensors=tensors, rows=rows, response_lengths=lengths, positions=positions, shared_temperature=shared
+    )
 
 
 def to_worker_input(batch: PackedBatch, extra: Mapping[str, torch.Tensor] | None = None, **settings: Any) -> Any:
@@ -146,6 +155,8 @@ def to_worker_input(batch: PackedBatch, extra: Mapping[str, torch.Tensor] | None
 
     data = DataProto.from_dict(tensors={**batch.tensors, **(extra or {})})
     td = left_right_2_no_padding(data.to_tensordict())
+    if batch.shared_temperature is not None:
+        settings = {"temperature": batch.shared_temperature, **settings}
     tu.assign_non_tensor(td, **settings)
     return td
 

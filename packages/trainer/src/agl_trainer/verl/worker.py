@@ -32,6 +32,9 @@ class AglActorWorker(ActorRolloutRefWorker):  # type: ignore[misc]
             torch.set_num_threads(threads)
         if get_device_name() == "cpu":
             initialize_global_process_group_ray(backend="gloo")
+        else:  # what stays fp32 (the master weights' optimizer maths, norms) on tensor cores
+            torch.backends.cuda.matmul.allow_tf32 = True
+            torch.backends.cudnn.allow_tf32 = True
 
     def _module(self) -> Any:
         assert self.actor is not None, "init_model() first"
