@@ -85,7 +85,24 @@ if command -v nvidia-smi >/dev/null; then nvidia-smi -L; else echo "nvidia-smi: 
 say "b. agl train --plan"
 TRAIN_HELP=$("${AGL[@]}" train --help) # whole, before grep: `grep -q` in a pipe could SIGPIPE it under pipefail
 if grep -q -- '--plan' <<<"$TRAIN_HELP"; then
-    "${AGL[@]}" train --example calculator --plan --device "$DEVICE"
+    # on CUDA the GPUs are read off the machine; on a CPU dry run, one 80 GB GPU is described
+    HW=()
+    [[ "$DEVICE" == cuda* ]] || HW=(--gpus-per-node 1 --gpu-memory-gib 80)
+    for TRAINER in "agl --engine embedded" "verl --engine vllm"; do
+        echo "--- plan: --trainer $TRAINER"
+        # shellcheck disable=SC2086
+        "${AGL[@]}" train --example calculator --plan --device "$DEVICE" --trainer $TRAINER "${HW[@]}" \
+            >"$TMP/plan.json" || echo "(the plan refused the run: exit $?)"
+        "$PY" -c 'import json, sys
+p = json.load(open(sys.argv[1]))
+m = p["memory"]
+print("fits", p["fits"], "| layout", p["placement"]["mode"], p["placement"]["gpus_per_node"],
+      "| token budget", m["token_budget"], "| peak GiB per GPU", m["peak_gib_per_gpu"], "of", m["gpu_memory_gib"])
+print("phases", m["phases"], "| update", m["update"])
+for s in p["vllm"]: print("vllm argv:", " ".join(s["argv"][3:]))
+for w in p["warnings"]: print("warning:", w["message"], "->", w["change"])
+if p["refusal"]: print("refusal:", p["refusal"])' "$TMP/plan.json" || true
+    done
 else
     echo "skipped: agl train has no --plan option"
 fi

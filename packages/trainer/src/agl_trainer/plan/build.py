@@ -49,7 +49,11 @@ def _has_tokenizer(path: Path) -> bool:
 
 
 def _template_renders_tools(path: Path) -> bool | None:
-    """Whether the model's own chat template renders tools (read from tokenizer_config.json), None: unknown."""
+    """Whether the model's own chat template renders tools (`chat_format.supports_native_tools`' rule, read from
+    chat_template.jinja or tokenizer_config.json), None: no tokenizer files to tell."""
+    jinja = path / "chat_template.jinja"  # where transformers 5 saves it
+    if jinja.is_file():
+        return "tools" in jinja.read_text()
     config = path / "tokenizer_config.json"
     if not config.is_file():
         return None
