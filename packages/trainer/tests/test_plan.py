@@ -85,6 +85,7 @@ def test_a_split_layout_gives_vllm_its_own_gpus(tmp_path: Path) -> None:
     assert p["placement"]["gpus_per_node"] == [6]
     (server,) = p["vllm"]
     assert "--enable-sleep-mode" not in server["argv"] and server["gpus"] == 2
+    assert server["env"]["CUDA_VISIBLE_DEVICES"] == "6,7"  # the node's last two; the trainer's Ray has 0-5
     assert float(flag(server["argv"], "--gpu-memory-utilization") or 0) == pytest.approx(0.9)
 
 

@@ -258,6 +258,12 @@ class TrainingRun:
                 workers=cfg.trainer_workers,
                 ray_address=cfg.ray_address,
                 num_cpus=cfg.trainer_workers * actors,  # a local Ray holds every actor's ranks
+                # split layout: the GPUs vLLM does not hold (the node's first ones)
+                num_gpus=(
+                    self.gpu_plan.layout.trainer_gpus_per_node[0]
+                    if self.gpu_plan is not None and self.gpu_plan.layout.mode == "split"
+                    else None
+                ),
                 device="cuda" if profile is not None else cfg.device,
                 seed=cfg.seed,
                 overrides=parse_overrides(list(cfg.verl_set)),

@@ -134,6 +134,9 @@ class VLLMSettings:
     tensor_parallel: int = 1
     data_parallel: int = 1
     sleep_mode: bool = False
+    # the GPUs of this node vLLM may use (CUDA_VISIBLE_DEVICES); None: all. The split layout gives it the last K
+    # and the trainer's local Ray the others
+    gpu_ids: tuple[int, ...] | None = None
     host: str = "127.0.0.1"
     port: int = 0  # 0: a free one
     extra_args: Sequence[str] = field(default_factory=list)
@@ -178,6 +181,8 @@ def vllm_env_changes(s: VLLMSettings, cpu_threads: int | None = None) -> dict[st
     env: dict[str, str] = {}
     if s.lora_adapters:
         env["VLLM_ALLOW_RUNTIME_LORA_UPDATING"] = "True"
+    if s.gpu_ids is not None:
+        env["CUDA_VISIBLE_DEVICES"] = ",".join(str(i) for i in s.gpu_ids)
     if s.full_weights_reload or s.sleep_mode:
         # /collective_rpc (reload_weights), /reset_prefix_cache, and /sleep, /wake_up
         env["VLLM_SERVER_DEV_MODE"] = "1"

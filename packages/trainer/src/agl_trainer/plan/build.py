@@ -150,6 +150,12 @@ def vllm_settings(
         tensor_parallel=layout.vllm.tensor_parallel,
         data_parallel=layout.vllm.data_parallel,
         sleep_mode=layout.mode == "colocated",
+        # split: the node's last K GPUs (the trainer's local Ray counts the first ones as its own)
+        gpu_ids=(
+            tuple(range(req.hardware.gpus_per_node - layout.vllm.gpus_per_server, req.hardware.gpus_per_node))
+            if layout.mode == "split"
+            else None
+        ),
     )
 
 

@@ -90,6 +90,7 @@ class VerlPolicy:
         overrides: Mapping[str, Any] | None = None,
         profile: VerlProfile | None = None,
         placement: Sequence[int] | None = None,
+        num_gpus: int | None = None,
     ) -> None:
         self.verl_version = import_verl()
         if workers < 1:
@@ -124,7 +125,7 @@ class VerlPolicy:
         self._wg: Any = None
         self._pool: Any = None
         t0 = time.perf_counter()
-        self._start_ray(ray_address, num_cpus)
+        self._start_ray(ray_address, num_cpus, num_gpus)
         self.timings["ray_s"] = time.perf_counter() - t0
         try:
             self._root_config = self._verl_config(seed, overrides or {})
@@ -136,7 +137,7 @@ class VerlPolicy:
 
     # ------------------------------------------------------------------------------------------ set-up
 
-    def _start_ray(self, address: str | None, num_cpus: int | None) -> None:
+    def _start_ray(self, address: str | None, num_cpus: int | None, num_gpus: int | None = None) -> None:
         import ray
 
         self._worker_env: dict[str, str] = {}
@@ -157,7 +158,10 @@ class VerlPolicy:
         else:
             ray.init(
                 num_cpus=num_cpus or self.workers,
-                num_gpus=torch.cuda.device_count() if self.device == "cuda" else 0,
+                # split layout: vLLM holds the node's last GPUs, Ray hands out the first ones
+                num_gpus=(num_gpus if num_gpus is not None else torch.cuda.device_count())
+                if self.device == "cuda"
+                else 0,
                 include_dashboard=False,
                 runtime_env=env,
                 log_to_driver=self.device == "cuda",  # on GPUs NCCL's errors arrive only in the workers' logs
