@@ -120,6 +120,9 @@ def test_health_is_503_with_the_reason_once_the_writer_is_dead(tmp_path: Path, m
             server.store.ping().result(5)
         status, body = asyncio.run(server.health())
         assert status == 503 and "writer has stopped" in body["store"]
+        deadline = time.monotonic() + 5  # told from the writer's thread as it ends, just after the failures
+        while not fatal and time.monotonic() < deadline:
+            time.sleep(0.01)
         assert fatal and isinstance(fatal[0], _Death)  # the server was told, and `agl serve` exits on it
     finally:
         server.store.close()
