@@ -3,6 +3,9 @@ landing in its own rollout with its own agent — async and threaded, with and w
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -10,7 +13,7 @@ import openai
 import pytest
 
 from agl.client import Client
-from agl.processes import start_server
+from agl.processes import ServerProcess, start_server, start_worker
 from agl.testing.fixtures import wait_rollouts
 
 pytestmark = pytest.mark.slow
@@ -74,3 +77,58 @@ def test_an_import_time_client_serves_16_concurrent_rollouts(
             assert client.stats() == stored
     finally:
         server.stop()
+
+
+UNCHANGED_APP = str(Path(__file__).resolve().parent / "unchanged_app_agents.py") + ":ask"
+
+
+def test_agl_worker_points_the_openai_sdk_at_the_run(
+    agl_server: ServerProcess, agl_workers: Any, agl_upstream: str, tmp_path: Path
+) -> None:
+    """A client built with no base URL reads OPENAI_BASE_URL: `agl worker` sets it to the run's LLM URL (even over
+    a value pointing at the model server behind agl, which would answer and record nothing), and a placeholder key."""
+    env = {"OPENAI_BASE_URL": agl_upstream}  # a user's shell pointing the SDK at the model server
+    env_without_key = {k: v for k, v in os.environ.items() if k != "OPENAI_API_KEY"}
+    with Client(agl_server.url) as client:
+        ids = [r.id for r in client.enqueue({"q": "hello"}, n=2)]
+        proc = start_worker_without_key(UNCHANGED_APP, agl_server.url, env_without_key, env, tmp_path)
+        try:
+            rollouts = wait_rollouts(client, ids)
+        finally:
+            proc.terminate()
+            proc.wait(10)
+        assert [r.status.value for r in rollouts] == ["succeeded", "succeeded"]
+        calls = [c for r in rollouts for c in client.rollout_detail(r.id).llm_calls]
+        assert len(calls) == 2 and all(c.agent_name == "asker" and c.trainable for c in calls)
+    log = (tmp_path / "worker.log").read_text()
+    assert "OPENAI_BASE_URL was" in log and "--keep-openai-env" in log
+
+
+def test_keep_openai_env_leaves_the_sdk_where_the_user_pointed_it(
+    agl_server: ServerProcess, agl_upstream: str, tmp_path: Path
+) -> None:
+    env = {"OPENAI_BASE_URL": agl_upstream, "OPENAI_API_KEY": "k"}
+    with Client(agl_server.url) as client:
+        (rollout,) = client.enqueue({"q": "hello"})
+        proc = start_worker(
+            UNCHANGED_APP, agl_server.url, extra_args=["--keep-openai-env"], env=env, log_path=tmp_path / "w.log"
+        )
+        try:
+            (done,) = wait_rollouts(client, [rollout.id])
+        finally:
+            proc.terminate()
+            proc.wait(10)
+        assert done.status.value == "succeeded"  # answered by the model server directly ...
+        assert client.rollout_detail(done.id).llm_calls == []  # ... and recorded nowhere
+
+
+def start_worker_without_key(
+    agent: str, server_url: str, base_env: dict[str, str], env: dict[str, str], tmp_path: Path
+) -> subprocess.Popen[bytes]:
+    log = (tmp_path / "worker.log").open("ab")
+    return subprocess.Popen(
+        [sys.executable, "-m", "agl.cli.main", "worker", agent, f"--server={server_url}", "--log-level=warning"],
+        stdout=log,
+        stderr=log,
+        env={**base_env, **env},
+    )

@@ -14,6 +14,8 @@ import click
 from agl._version import __version__
 from agl.selection import AgentSelection
 
+log = logging.getLogger("agl.worker")
+
 SERVER_OPTION = click.option(
     "--server",
     "server_url",
@@ -252,6 +254,24 @@ def load_agent(spec: str) -> Any:
         _fail(str(exc))
 
 
+def point_openai_sdk_at(llm_url: str) -> None:
+    """OPENAI_BASE_URL (and, when unset, a placeholder OPENAI_API_KEY) for the OpenAI SDK and the frameworks built on
+    it, which read them when a client is built without a base URL: an unchanged app then calls agl, not the hosted
+    API (billed, never recorded) nor the model server behind agl (answered, never recorded)."""
+    previous = os.environ.get("OPENAI_BASE_URL")
+    if previous and previous.rstrip("/") != llm_url.rstrip("/"):
+        log.warning(
+            "OPENAI_BASE_URL was %s: agl worker points it at this run's LLM URL %s, so that the agent's calls are"
+            " recorded (--keep-openai-env leaves it as it was)",
+            previous,
+            llm_url,
+        )
+    os.environ["OPENAI_BASE_URL"] = llm_url
+    # the SDK refuses to build a client without a key; agl's server takes none on loopback, and with a token the
+    # attempt's own credential replaces it at send time
+    os.environ.setdefault("OPENAI_API_KEY", "agl")
+
+
 def _run_worker(
     agent_spec: str,
     server_url: str,
@@ -290,6 +310,12 @@ def _run_worker(
 )
 @click.option("--heartbeat", "heartbeat_s", default=5.0, show_default=True, type=float, help="Heartbeat interval (s).")
 @click.option(
+    "--keep-openai-env",
+    is_flag=True,
+    help="Leave OPENAI_BASE_URL and OPENAI_API_KEY as they are (by default they point the OpenAI SDK, and every"
+    " framework built on it, at this run's LLM URL, so an unchanged app's calls reach agl).",
+)
+@click.option(
     "--log-level", default="warning", show_default=True, type=click.Choice(["debug", "info", "warning", "error"])
 )
 def worker(
@@ -302,6 +328,7 @@ def worker(
     idle_exit_s: float | None,
     lease_s: float,
     heartbeat_s: float,
+    keep_openai_env: bool,
     log_level: str,
 ) -> None:
     """Run AGENT (`module:function` decorated with @agl.rollout) on rollouts claimed from the server."""
@@ -313,7 +340,10 @@ def worker(
 
     # before the agent's module is imported: a client it builds at import time can read the run's LLM URL (the
     # worker processes spawned below inherit it)
-    os.environ[ENV_LLM_BASE_URL] = fixed_llm_base_url(server_url)
+    llm_url = fixed_llm_base_url(server_url)
+    os.environ[ENV_LLM_BASE_URL] = llm_url
+    if not keep_openai_env:
+        point_openai_sdk_at(llm_url)
     load_agent(agent)  # fail fast with a clear message before any process starts
     options = {"concurrency": concurrency, "lease_s": lease_s, "heartbeat_s": heartbeat_s}
     args = (agent, server_url, token, options, max_rollouts, idle_exit_s)
