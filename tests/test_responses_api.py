@@ -5,6 +5,8 @@ exact token ids like a chat completion; unknown OpenAI routes get a 404 that lis
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -106,6 +108,28 @@ def test_a_streamed_response_sends_the_responses_events_and_is_recorded(server: 
     assert text == "Echo: good morning" == events[-1].response.output_text
     (call,) = calls
     assert_exact(call, "Echo: good morning")
+    # recorded as the agent called it: the Responses API, streamed
+    assert (call.route, call.stream) == ("responses", True)
+
+
+def test_each_call_records_its_route_and_whether_the_agent_streamed(server: ServerProcess) -> None:
+    with Client(server.url) as client:
+        rollout_id, llm = attempt(server, client)
+        llm.responses.create(model="m", input="one")
+        llm.chat.completions.create(model="m", messages=[{"role": "user", "content": "two"}])
+        list(llm.chat.completions.create(model="m", messages=[{"role": "user", "content": "three"}], stream=True))
+        calls = stored(client, rollout_id)
+    assert [(c.route, c.stream) for c in calls] == [("responses", False), ("chat", False), ("chat", True)]
+    shown = subprocess.run(
+        [sys.executable, "-m", "agl.cli.main", "show", rollout_id, f"--server={server.url}"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    ).stdout
+    assert "LLM #0" in shown and "responses" in shown.split("LLM #0")[1].split("\n")[0]
+    assert "streamed" in shown.split("LLM #2")[1].split("\n")[0]
+    page = httpx.get(f"{server.url}/ui/rollouts/{rollout_id}").text
+    assert "responses ·" in page and "chat, streamed ·" in page
 
 
 def test_a_streamed_tool_call_sends_its_arguments(server: ServerProcess) -> None:

@@ -299,8 +299,11 @@ class LLMCall(_Model):
     # not known (a store written before agl recorded it: temperature 1 is assumed).
     temperature: float | None = None
     # The acting agent's stable second name, where its scope gave one (a CrewAI role before `{topic}` is filled
-    # in): training selection matches it as well as `agent_name`. Last, as its store column is.
+    # in): training selection matches it as well as `agent_name`.
     agent_key: str | None = None
+    # The API the agent called: `chat` (chat completions) or `responses` (the Responses API, which the proxy
+    # answers through a chat completion). Last, as its store column is.
+    route: Literal["chat", "responses"] = "chat"
 
 
 # -------------------------------------------------------------------------------------- model versions

@@ -110,6 +110,12 @@ def _tokens(ids: list[int] | None) -> str:
     return "?" if ids is None else str(len(ids))  # None: the backend gave no ids, so the call cannot train
 
 
+def _how(call: LLMCall) -> str:
+    """The API the agent called and whether it streamed, when either is not a plain chat completion."""
+    parts = ([] if call.route == "chat" else [call.route]) + (["streamed"] if call.stream else [])
+    return f"[dim]{' '.join(parts)}[/]  " if parts else ""
+
+
 def _llm_label(call: LLMCall) -> str:
     if call.agent_name:
         agent = escape(call.agent_name)
@@ -120,7 +126,7 @@ def _llm_label(call: LLMCall) -> str:
     model = escape(call.model or call.model_requested or "?")
     version = f" v{call.model_version}" if call.model_version is not None else ""
     line = (
-        f"[bold]LLM #{call.seq}[/]  agent={agent}  model={model}{version}  "
+        f"[bold]LLM #{call.seq}[/]  agent={agent}  model={model}{version}  {_how(call)}"
         f"prompt {_tokens(call.prompt_ids)} tok → response {_tokens(call.response_ids)} tok  "
         f"[dim]{call.latency_s * 1000:.0f} ms[/]  finish={escape(call.finish_reason or '?')}"
     )

@@ -81,6 +81,10 @@ class CallRecord:
         # out of the answer the agent gets
         self.strip_logprobs = request_body.get("logprobs") is False
         self.abandoned = False  # the agent hung up before the answer
+        self.route = "chat"  # or "responses": the API the agent called (answered through a chat completion)
+        # whether the agent asked for a stream, where that differs from how the backend was asked (the Responses
+        # API streams its events from one chat completion); None: as the backend was asked
+        self.client_stream: bool | None = None
 
     def take_choice(self, body: dict[str, Any]) -> None:
         """Read a complete (non-streaming) response."""
@@ -154,7 +158,7 @@ class CallRecord:
             response_ids=None,
             logprobs=None,
             finish_reason=self.finish_reason,
-            stream=stream,
+            stream=stream if self.client_stream is None else self.client_stream,
             status="error",
             http_status=self.http_status,
             error=f"the call could not be recorded: {why}",
@@ -164,6 +168,7 @@ class CallRecord:
             trainable=False,
             not_trainable_reason=f"the call could not be recorded: {why}",
             temperature=self.temperature,
+            route=self.route,  # type: ignore[arg-type]
         )
 
     def to_call(self, *, stream: bool) -> LLMCall:
@@ -207,7 +212,7 @@ class CallRecord:
             response_ids=self.response_ids,
             logprobs=self.logprobs,
             finish_reason=self.finish_reason,
-            stream=stream,
+            stream=stream if self.client_stream is None else self.client_stream,
             status="error" if self.error else "ok",
             http_status=self.http_status,
             error=self.error,
@@ -218,6 +223,7 @@ class CallRecord:
             not_trainable_reason=reason,
             temperature=self.temperature,
             agent_key=self.agent_key,
+            route=self.route,  # type: ignore[arg-type]
         )
 
 

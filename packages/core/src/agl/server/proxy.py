@@ -185,7 +185,9 @@ class LLMProxy:
             chat = responses_api.to_chat(body)
         except responses_api.ResponsesRequestError as exc:
             return openai_error(400, str(exc), "invalid_request_error")
-        answer = await self.answer_chat(chat, request, rollout_id, attempt_id)
+        answer = await self.answer_chat(
+            chat, request, rollout_id, attempt_id, route="responses", client_stream=bool(body.get("stream"))
+        )
         if answer.status_code != 200:
             return answer  # an error in the OpenAI envelope, which the Responses API uses too
         result = responses_api.from_chat(orjson.loads(bytes(answer.body)), body)
@@ -196,8 +198,18 @@ class LLMProxy:
             )
         return Response(orjson.dumps(result), media_type="application/json", headers=headers)
 
-    async def answer_chat(self, body: Any, request: Request, rollout_id: str, attempt_id: str) -> Response:
-        """Check, forward and record one chat-completions request of an attempt."""
+    async def answer_chat(
+        self,
+        body: Any,
+        request: Request,
+        rollout_id: str,
+        attempt_id: str,
+        *,
+        route: str = "chat",
+        client_stream: bool | None = None,
+    ) -> Response:
+        """Check, forward and record one chat-completions request of an attempt (`route`: the API the agent
+        called; `client_stream`: whether it asked for a stream, when the backend is asked otherwise)."""
         problem = request_problem(body)
         if problem is not None:
             return openai_error(400, problem, "invalid_request_error")
@@ -227,6 +239,7 @@ class LLMProxy:
             )
         rec = CallRecord(body, rollout_id, attempt_id, self.store.next_llm_seq(attempt_id), request.headers)
         rec.mode = owner[1]
+        rec.route, rec.client_stream = route, client_stream
         seq_header = {attr.HEADER_LLM_SEQ: str(rec.seq)}
         if body.get("stream"):
             return await self._stream(rec, seq_header)

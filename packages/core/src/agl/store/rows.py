@@ -180,6 +180,7 @@ def llm_call_values(call: LLMCall) -> tuple[Any, ...]:
         call.not_trainable_reason,
         call.temperature,
         call.agent_key,
+        call.route,
     )
 
 

@@ -6,7 +6,7 @@ import sqlite3
 from pathlib import Path
 
 DB_FILENAME = "agl.sqlite"
-SCHEMA_VERSION = 7
+SCHEMA_VERSION = 8
 # How to bring a store written by an older agl up to date, step by step; applied once, in one transaction, when
 # the store is opened (data already stored is kept).
 MIGRATIONS: dict[int, tuple[str, ...]] = {
@@ -33,6 +33,9 @@ MIGRATIONS: dict[int, tuple[str, ...]] = {
     # unpacked and are read from their rows; the version moves so an older agl, which would not pack again what it
     # adds to a packed attempt, refuses the store.
     6: (),
+    # 7 → 8: the route a call came in by (`chat` or `responses`); calls stored before came in by the chat route
+    # (the Responses API was translated without a trace of it)
+    7: ("ALTER TABLE llm_calls ADD COLUMN route TEXT NOT NULL DEFAULT 'chat'",),
 }
 
 # Each table's columns in the field order of its model (agl.schema), so a row selected with these names maps
@@ -114,6 +117,7 @@ LLM_CALL_COLUMNS = (
     "not_trainable_reason",
     "temperature",
     "agent_key",
+    "route",
 )
 # how a call's prompt is stored (agl.store.prompt_bases): read and written after LLM_CALL_COLUMNS, never part of
 # the model
@@ -166,7 +170,7 @@ CREATE TABLE IF NOT EXISTS llm_calls (
   response_ids BLOB, logprobs BLOB, finish_reason TEXT, stream INTEGER NOT NULL, status TEXT NOT NULL,
   http_status INTEGER NOT NULL, error TEXT, started_at REAL NOT NULL, latency_s REAL NOT NULL,
   usage TEXT NOT NULL, trainable INTEGER NOT NULL, not_trainable_reason TEXT, temperature REAL, agent_key TEXT,
-  prompt_base_seq INTEGER, prompt_base_len INTEGER, UNIQUE (attempt_id, seq));
+  prompt_base_seq INTEGER, prompt_base_len INTEGER, route TEXT NOT NULL DEFAULT 'chat', UNIQUE (attempt_id, seq));
 CREATE INDEX IF NOT EXISTS llm_calls_rollout ON llm_calls(rollout_id, attempt_id, seq);
 CREATE TABLE IF NOT EXISTS rewards (
   id INTEGER PRIMARY KEY AUTOINCREMENT, rollout_id TEXT NOT NULL, attempt_id TEXT NOT NULL,

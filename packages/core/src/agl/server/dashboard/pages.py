@@ -185,8 +185,9 @@ def _call(call: LLMCall) -> str:
     tokens = f"{len(call.prompt_ids or [])} → {len(call.response_ids or [])} tokens"
     trainable = "" if call.trainable else f" <span class=warn>not trainable: {_e(call.not_trainable_reason)}</span>"
     error = f" <span class=bad>error {call.http_status}: {_e(call.error)}</span>" if call.status == "error" else ""
+    how = f"{_e(call.route)}{', streamed' if call.stream else ''}"
     return (
-        f"<details class=llm><summary><b>LLM #{call.seq}</b> agent {agent}{key} · {tokens} · "
+        f"<details class=llm><summary><b>LLM #{call.seq}</b> agent {agent}{key} · {how} · {tokens} · "
         f"{call.latency_s * 1000:.0f} ms · finish {_e(call.finish_reason)}{trainable}{error}</summary>"
         f"{_messages(call)}</details>"
     )
