@@ -155,6 +155,7 @@ def test_attempts_without_a_pack_are_read_from_their_rows(store: Store, tmp_path
     # the store as schema 6 left it: the same rows, no packs
     with sqlite3.connect(tmp_path / "agl.sqlite") as conn:
         conn.execute("DROP TABLE attempt_packs")
+        conn.execute("ALTER TABLE llm_calls DROP COLUMN route")  # schema 8's
         conn.execute("UPDATE meta SET value='6' WHERE key='schema_version'")
 
     reopened = Store(tmp_path)

@@ -127,6 +127,7 @@ def test_calls_of_a_store_from_schema_5_stay_whole_and_base_new_calls(tmp_path: 
     db = sqlite3.connect(tmp_path / "agl.sqlite")
     db.execute("ALTER TABLE llm_calls DROP COLUMN prompt_base_seq")
     db.execute("ALTER TABLE llm_calls DROP COLUMN prompt_base_len")
+    db.execute("ALTER TABLE llm_calls DROP COLUMN route")  # schema 8's
     db.execute("UPDATE meta SET value='5' WHERE key='schema_version'")
     db.commit()
     db.close()

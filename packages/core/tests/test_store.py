@@ -263,6 +263,7 @@ def test_a_store_from_the_previous_schema_is_migrated_in_place_keeping_its_data(
     db.execute("ALTER TABLE llm_calls DROP COLUMN agent_key")
     db.execute("ALTER TABLE llm_calls DROP COLUMN prompt_base_seq")
     db.execute("ALTER TABLE llm_calls DROP COLUMN prompt_base_len")
+    db.execute("ALTER TABLE llm_calls DROP COLUMN route")
     db.execute("UPDATE meta SET value='1' WHERE key='schema_version'")
     db.commit()
     db.close()
@@ -278,6 +279,7 @@ def test_a_store_from_the_previous_schema_is_migrated_in_place_keeping_its_data(
         # the old call reads back without a temperature; a new one keeps its own
         s.add_llm_call(call(rollout_id, claim.attempt.id, 1).model_copy(update={"temperature": 0.7})).result()
         assert [(c.seq, c.temperature) for c in s.llm_calls(rollout_id)] == [(0, None), (1, 0.7)]
+        assert [c.route for c in s.llm_calls(rollout_id)] == ["chat", "chat"]  # calls from before schema 8: chat
     finally:
         s.close()
     db = sqlite3.connect(tmp_path / "agl.sqlite")
