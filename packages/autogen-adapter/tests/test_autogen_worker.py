@@ -44,3 +44,28 @@ def test_example_runs_in_an_agl_worker(agl_server: ServerProcess, agl_client: Cl
     episodes, _ = build_episodes(details, AgentSelection.parse("solver"))
     assert {t.agent_name for ep in episodes for t in ep.transitions} == {"solver"}
     assert sum(len(ep.transitions) for ep in episodes) == 6
+
+
+def test_a_team_shared_by_concurrent_rollouts_fails_with_the_fix_named(tmp_path: Path, agl_workers: Any) -> None:
+    """AutoGen's module-level team under a worker running rollouts at once: AgentChat refuses the second run of a
+    running team; the attempt's error says why under agl and the two fixes."""
+    from agl.processes import start_server
+    from agl.testing.upstream import start_upstream_process
+
+    proc, slow = start_upstream_process(delay_s=1.0)  # each team run lasts long enough for the others to collide
+    server = start_server(tmp_path / "run", upstream=slow)
+    try:
+        agl_workers(f"{Path(__file__).with_name('module_team_app.py')}:answer", server.url, concurrency=3)
+        with Client(server.url) as client:
+            ids = [r.id for i in range(3) for r in client.enqueue({"question": f"q{i}"}, max_attempts=1)]
+            rollouts = wait_rollouts(client, ids, timeout=60)
+            failed = [r for r in rollouts if r.status.value == "failed"]
+            assert failed, "no run collided with another"
+            for rollout in failed:
+                error = client.rollout_detail(rollout.id).attempts[0].error or ""
+                assert "The group chat is currently running" in error
+                assert "shared by rollouts running at the same time" in error and "--concurrency 1" in error
+    finally:
+        server.stop()
+        proc.terminate()
+        proc.wait(10)

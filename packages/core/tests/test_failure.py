@@ -40,3 +40,21 @@ def test_a_long_traceback_is_cut_in_the_middle_keeping_the_failing_frame() -> No
 def test_texts_without_a_traceback_come_back_whole() -> None:
     assert failure.split("lease expired") == ("lease expired", None)
     assert failure.split("") == ("", None)
+
+
+def test_a_registered_hint_follows_the_message_of_failures_that_hold_its_marker() -> None:
+    from agl.failure import add_hint, describe, remove_hint, split
+
+    add_hint("is currently running", "agl: build it inside the rollout")
+    try:
+        text = describe(RuntimeError("The group chat is currently running."))
+        message, trace = split(text)
+        assert message.splitlines() == [
+            "RuntimeError: The group chat is currently running.",
+            "agl: build it inside the rollout",
+        ]
+        assert trace is not None and trace.startswith("Traceback")
+        assert "agl:" not in describe(ValueError("unrelated"))
+    finally:
+        remove_hint("is currently running")
+    assert "agl:" not in describe(RuntimeError("The group chat is currently running."))

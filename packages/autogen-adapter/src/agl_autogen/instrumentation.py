@@ -25,6 +25,7 @@ from autogen_agentchat.teams._group_chat._base_group_chat_manager import BaseGro
 from autogen_core import MessageContext
 
 import agl
+from agl.failure import add_hint, remove_hint
 from agl.instrumentation import Instrumentor
 from agl_autogen.turns import ORIGINAL, wrap_on_messages, wrap_on_messages_stream
 
@@ -34,16 +35,29 @@ _AGENT_METHODS: dict[str, Callable[[Any], Any]] = {
 }
 
 
+# AgentChat's error when a team is run while it is already running: what a module-level team does under a worker
+# that runs several rollouts at once
+TEAM_RUNNING = "The group chat is currently running"
+TEAM_RUNNING_HINT = (
+    "agl: this team object is shared by rollouts running at the same time in one worker (a team built at import "
+    "time): build the team inside the rollout function, or run the worker with --concurrency 1"
+)
+
+
 class AutoGenInstrumentor(Instrumentor):
     """agl's hooks in AgentChat (see the module's docstring); `agl_autogen.instrument()` runs this one."""
 
     dependencies: ClassVar[dict[str, str]] = {"autogen_agentchat": "'autogen-agentchat>=0.7,<0.8'"}
 
     def _instrument(self) -> None:
+        add_hint(TEAM_RUNNING, TEAM_RUNNING_HINT)
         for cls in _all_subclasses(BaseChatAgent):
             self.patch_agent_class(cls)
         self._patch_future_agent_classes()
         self.wrap(BaseGroupChatManager, "on_message_impl", _as_the_manager)
+
+    def _uninstrument(self) -> None:
+        remove_hint(TEAM_RUNNING)
 
     def patch_agent_class(self, cls: type) -> None:
         """Wrap the turn methods `cls` itself defines (inherited ones are wrapped where they are defined)."""

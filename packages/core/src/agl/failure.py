@@ -13,10 +13,27 @@ MAX_CHARS = 20_000  # the API's limit on an attempt's error
 _SEPARATOR = "\n\n"
 
 
+# A text an exception's message holds → a line saying why it happens under agl and what to do; registered by the
+# adapters (a framework's own error that agl's way of running it causes)
+_HINTS: dict[str, str] = {}
+
+
+def add_hint(marker: str, hint: str) -> None:
+    """After the message of any failure whose message holds `marker`, store `hint` (as its own line)."""
+    _HINTS[marker] = hint
+
+
+def remove_hint(marker: str) -> None:
+    _HINTS.pop(marker, None)
+
+
 def describe(exc: BaseException, limit: int = MAX_CHARS) -> str:
-    """`ValueError: bad input` + a blank line + the traceback, cut in the middle of the traceback (the frames
-    nearest the failure are at its end and are kept) so the whole fits in `limit` characters."""
-    message = "".join(traceback.format_exception_only(type(exc), exc)).strip()[: limit // 4]
+    """`ValueError: bad input` (+ any hint whose marker it holds) + a blank line + the traceback, cut in the middle
+    of the traceback (the frames nearest the failure are at its end and are kept) so the whole fits in `limit`
+    characters."""
+    message = "".join(traceback.format_exception_only(type(exc), exc)).strip()
+    hints = [hint for marker, hint in _HINTS.items() if marker in message]
+    message = "\n".join([message[: limit // 4], *hints])
     trace = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__)).rstrip()
     room = limit - len(message) - len(_SEPARATOR)
     if len(trace) > room:
