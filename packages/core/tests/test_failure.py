@@ -47,7 +47,10 @@ def test_a_registered_hint_follows_the_message_of_failures_that_hold_its_marker(
 
     add_hint("is currently running", "agl: build it inside the rollout")
     try:
-        text = describe(RuntimeError("The group chat is currently running."))
+        try:
+            raise RuntimeError("The group chat is currently running.")
+        except RuntimeError as exc:
+            text = describe(exc)
         message, trace = split(text)
         assert message.splitlines() == [
             "RuntimeError: The group chat is currently running.",
