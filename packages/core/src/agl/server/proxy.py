@@ -70,6 +70,10 @@ class LLMProxy:
         self.model_version: ModelVersion | None = store.latest_model_version()
         self._token_ids_rejected = upstream.token_ids == "never"
         self._session: aiohttp.ClientSession | None = None
+        # what the upstream serves (its /v1/models), asked at the first call and again at most every 30 s while it
+        # does not answer: an app's own model names (gpt-4o) mean nothing to a vLLM serving one model
+        self.upstream_models: list[str] | None = None
+        self._models_asked_at = -1e9
 
     def _client(self) -> aiohttp.ClientSession:
         # aiohttp, not httpx: httpx's connection pool scans every connection on each request, which made it
@@ -102,9 +106,45 @@ class LLMProxy:
         }
         return Response(orjson.dumps(body), media_type="application/json")
 
+    async def served_models(self) -> list[str] | None:
+        """The upstream's model names (None: not known; it has not answered `/models` yet)."""
+        if self.upstream_models is None and self.upstream.base_url and time.monotonic() - self._models_asked_at > 30:
+            self._models_asked_at = time.monotonic()
+            url = f"{self.upstream.base_url.rstrip('/')}/models"
+            headers = {"authorization": f"Bearer {self.upstream.api_key}"} if self.upstream.api_key else {}
+            try:
+                async with self._client().get(url, headers=headers, timeout=aiohttp.ClientTimeout(total=5)) as resp:
+                    listed = (await resp.json()).get("data") if resp.status == 200 else None
+                if isinstance(listed, list):
+                    self.upstream_models = [str(m["id"]) for m in listed if isinstance(m, dict) and "id" in m]
+            except (*UPSTREAM_ERRORS, ValueError) as exc:
+                log.info("the upstream's model list is not known yet (%s): model names pass through", exc)
+        return self.upstream_models
+
+    def _mapped_model(self, requested: Any) -> str | None:
+        """The upstream model a call asking for `requested` goes to, when agl picks it: the one model the upstream
+        serves, or the requested one if it serves it; None: leave the name (unknown list, or a name it serves)."""
+        served = self.upstream_models
+        if not served or requested in served:
+            return None
+        return served[0] if len(served) == 1 else None
+
+    async def model_problem(self, body: dict[str, Any]) -> str | None:
+        """Why a call's model cannot be sent: the upstream serves several models and not the one asked for."""
+        if self.upstream.model or (self.model_version is not None and self.model_version.upstream_model):
+            return None  # agl names the model itself
+        served = await self.served_models()
+        requested = body.get("model")
+        if served and len(served) > 1 and requested not in served:
+            return (
+                f"model {requested!r} is not served by the upstream, which serves {', '.join(served[:20])}: ask for "
+                "one of them, or start agl serve with --upstream-model NAME"
+            )
+        return None
+
     def _upstream_payload(self, body: dict[str, Any], rec: CallRecord) -> dict[str, Any]:
         payload = dict(body)
-        model = self.upstream.model
+        model = self.upstream.model or self._mapped_model(body.get("model"))
         if self.model_version is not None:
             rec.model_version = self.model_version.version
             model = self.model_version.upstream_model or model
@@ -237,6 +277,9 @@ class LLMProxy:
                 "server_error",
                 "no_upstream",
             )
+        wrong_model = await self.model_problem(body)
+        if wrong_model is not None:
+            return openai_error(400, wrong_model, "invalid_request_error", "model_not_found")
         rec = CallRecord(body, rollout_id, attempt_id, self.store.next_llm_seq(attempt_id), request.headers)
         rec.mode = owner[1]
         rec.route, rec.client_stream = route, client_stream

@@ -1,0 +1,120 @@
+"""An app's own model names under plain `agl serve`: mapped onto what the upstream serves (issue #29, friction 3).
+
+A vLLM serving one model rejects `gpt-4o`; agl asks the upstream's `/v1/models` and, when it serves exactly one,
+sends every call under that one (the name the app asked for is stored with the call). With several, an unknown
+name is a 400 that lists them. `--upstream-model` still forces one.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import orjson
+import pytest
+
+from agl.asgi import ThreadedServer
+from agl.client import API, Client
+from agl.processes import ServerProcess, start_server
+
+
+def claim(server: ServerProcess) -> str:
+    with Client(server.url) as client:
+        client.enqueue("q")
+    (found,) = httpx.post(f"{server.url}{API}/claims", json={"worker_id": "w"}).json()
+    return f"{server.url}/rollout/{found['rollout']['id']}/attempt/{found['attempt']['id']}/v1"
+
+
+def chat(url: str, model: str) -> httpx.Response:
+    return httpx.post(
+        f"{url}/chat/completions", json={"model": model, "messages": [{"role": "user", "content": "hi"}]}, timeout=30
+    )
+
+
+def stored_models(server: ServerProcess) -> list[tuple[str | None, str | None]]:
+    with Client(server.url) as client:
+        rollouts, _ = client.list_rollouts(limit=100)
+        return [(c.model_requested, c.model) for r in rollouts for c in client.rollout_detail(r.id).llm_calls]
+
+
+class TwoModels:
+    """An upstream that serves two models and answers each chat with the model it was asked for (a vLLM with two
+    served names would refuse any other)."""
+
+    def __init__(self) -> None:
+        self.asked: list[str] = []
+
+    async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
+        if scope["type"] != "http":
+            return
+        body = b""
+        while True:
+            message = await receive()
+            body += message.get("body", b"")
+            if not message.get("more_body"):
+                break
+        if scope["path"].endswith("/models"):
+            answer: Any = {"object": "list", "data": [{"id": "policy-a"}, {"id": "policy-b"}]}
+        else:
+            model = orjson.loads(body)["model"]
+            self.asked.append(model)
+            answer = {
+                "id": "x",
+                "object": "chat.completion",
+                "model": model,
+                "choices": [{"index": 0, "message": {"role": "assistant", "content": "ok"}, "finish_reason": "stop"}],
+                "usage": {"prompt_tokens": 1, "completion_tokens": 1, "total_tokens": 2},
+            }
+        payload = orjson.dumps(answer)
+        await send({"type": "http.response.start", "status": 200, "headers": [(b"content-type", b"application/json")]})
+        await send({"type": "http.response.body", "body": payload})
+
+
+@pytest.fixture
+def two_models() -> Iterator[tuple[str, TwoModels]]:
+    app = TwoModels()
+    with ThreadedServer(app, lifespan="off") as server:
+        yield f"{server.url}/v1", app
+
+
+def test_an_upstream_serving_one_model_gets_every_call_under_it(tmp_path: Path, upstream: str) -> None:
+    server = start_server(tmp_path / "run", upstream=upstream)  # the scripted upstream serves "scripted"
+    try:
+        url = claim(server)
+        assert chat(url, "gpt-4o").status_code == 200
+        assert chat(url, "scripted").status_code == 200
+        assert stored_models(server) == [("gpt-4o", "scripted"), ("scripted", "scripted")]
+    finally:
+        server.stop()
+
+
+def test_with_several_models_an_unknown_name_is_refused_listing_them(
+    tmp_path: Path, two_models: tuple[str, TwoModels]
+) -> None:
+    base, app = two_models
+    server = start_server(tmp_path / "run", upstream=base, extra_args=["--token-ids=never"])
+    try:
+        url = claim(server)
+        refused = chat(url, "gpt-4o")
+        assert refused.status_code == 400
+        message = refused.json()["error"]["message"]
+        assert "policy-a, policy-b" in message and "--upstream-model" in message
+        assert chat(url, "policy-b").status_code == 200
+        assert app.asked == ["policy-b"]  # the refused call never reached the upstream
+        assert stored_models(server) == [("policy-b", "policy-b")]  # and took no sequence number
+    finally:
+        server.stop()
+
+
+def test_upstream_model_still_forces_one(tmp_path: Path, two_models: tuple[str, TwoModels]) -> None:
+    base, app = two_models
+    server = start_server(
+        tmp_path / "run", upstream=base, extra_args=["--token-ids=never", "--upstream-model=policy-a"]
+    )
+    try:
+        assert chat(claim(server), "gpt-4o").status_code == 200
+        assert app.asked == ["policy-a"]
+    finally:
+        server.stop()
