@@ -86,3 +86,22 @@ def failing_agent(task: dict[str, Any], llm: agl.LLM) -> float:
 def sleepy_sync_agent(task: dict[str, Any], llm: agl.LLM) -> float:
     time.sleep(float(task.get("sleep_s", 0)))
     return 1.0
+
+
+@agl.rollout
+def elsewhere_agent(task: dict[str, Any], llm: agl.LLM) -> float:
+    """Calls the model server behind agl directly (`task["elsewhere"]`), as an app whose client ignores agl's URL
+    does; with `task["intended"]` inside `agl.external_llm()` (a judge on purpose); with `task["through_agl"]` it
+    also makes one call through agl."""
+    other = openai.OpenAI(base_url=task["elsewhere"], api_key="k", max_retries=0)
+    with agl.agent("solver"):
+        if task.get("intended"):
+            with agl.external_llm():
+                other.chat.completions.create(model="m", messages=[{"role": "user", "content": "judge"}])
+        else:
+            other.chat.completions.create(model="m", messages=[{"role": "user", "content": "lost"}])
+        if task.get("through_agl"):
+            llm.openai_client(max_retries=0).chat.completions.create(
+                model=llm.model, messages=[{"role": "user", "content": "kept"}]
+            )
+    return 1.0

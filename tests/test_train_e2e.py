@@ -352,3 +352,37 @@ def logprob_moves(run_dir: Path, model: Path, step: int) -> list[tuple[float, in
 
     before, after = mean_logprobs(f"step-{step}"), mean_logprobs(f"step-{step + 1}")
     return [(t.advantage, len(t.response_ids), a - b) for t, b, a in zip(transitions, before, after, strict=True)]
+
+
+def test_a_step_whose_rollouts_all_sent_their_calls_around_agl_stops_the_run(tmp_path: Path, upstream: str) -> None:
+    """The agent's client ignores agl's URL: every call answered by the model server directly, none recorded. The
+    run stops after the first such step, saying where the calls went, instead of training on nothing."""
+    model = build_tiny_llama(tmp_path / "tiny")
+    agent = str(Path(__file__).resolve().parent / "e2e_agents.py") + ":elsewhere_agent"
+    cfg = dataclasses.replace(
+        config(tmp_path / "run", model, steps=2),
+        agent=agent,
+        train_tasks=[{"elsewhere": upstream, "i": i} for i in range(4)],
+        eval_tasks=[{"elsewhere": upstream}],
+    )
+    with pytest.raises(ValueError, match="sent its LLM calls elsewhere than agl and none was recorded"):
+        TrainingRun(cfg).run()
+    rows = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
+    assert [r["kind"] for r in rows] == ["eval"]  # the held-out evaluation ran; no training step was written
+
+
+def test_llm_call_counts_tell_bypassing_from_silent_rollouts() -> None:
+    from agl.schema import Rollout, RolloutStatus, Task
+    from agl.trainable import TrainableRollout
+    from agl_trainer.loop import llm_call_counts
+
+    def rollout(bypassed: int, calls: int) -> TrainableRollout:
+        r = Rollout(
+            id="r", task_id="t", mode="train", step=0, status=RolloutStatus.succeeded, attempt_count=1,
+            max_attempts=1, timeout_s=None, created_at=0.0, started_at=0.0, ended_at=1.0, final_attempt_id="a",
+            final_reward=1.0, error=None, metadata={}, bypassed_llm_calls=bypassed,
+        )  # fmt: skip
+        return TrainableRollout(r, Task(id="t", input={}, metadata={}, created_at=0.0), [], [object()] * calls, [])  # type: ignore[list-item]
+
+    counts = llm_call_counts([rollout(2, 0), rollout(1, 3), rollout(0, 0), rollout(0, 2)])
+    assert counts == {"bypassed_llm_calls": 3, "rollouts_only_bypassing": 1, "rollouts_without_llm_calls": 1}

@@ -217,3 +217,19 @@ def llm_call(
     }
     values.update(kw)
     return LLMCall(**values)
+
+
+def downgrade(db: Any, to: int) -> None:
+    """Make a store look as schema `to` left it: drop every column a later migration adds (read from the
+    migrations themselves, so a new one needs no change here) and set its version. Tables a migration creates
+    are the caller's to drop."""
+    import re
+
+    from agl.store.schema import MIGRATIONS, SCHEMA_VERSION
+
+    for version in range(SCHEMA_VERSION - 1, to - 1, -1):
+        for statement in reversed(MIGRATIONS[version]):
+            added = re.match(r"ALTER TABLE (\w+) ADD COLUMN (\w+)", statement)
+            if added:
+                db.execute(f"ALTER TABLE {added.group(1)} DROP COLUMN {added.group(2)}")
+    db.execute("UPDATE meta SET value=? WHERE key='schema_version'", (str(to),))

@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from factories import attempt, llm_call
+from factories import attempt, downgrade, llm_call
 
 from agl.schema import Attribution, RewardIn, RewardSource
 from agl.store import Store
@@ -155,8 +155,7 @@ def test_attempts_without_a_pack_are_read_from_their_rows(store: Store, tmp_path
     # the store as schema 6 left it: the same rows, no packs
     with sqlite3.connect(tmp_path / "agl.sqlite") as conn:
         conn.execute("DROP TABLE attempt_packs")
-        conn.execute("ALTER TABLE llm_calls DROP COLUMN route")  # schema 8's
-        conn.execute("UPDATE meta SET value='6' WHERE key='schema_version'")
+        downgrade(conn, to=6)
 
     reopened = Store(tmp_path)
     try:

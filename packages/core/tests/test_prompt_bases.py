@@ -9,7 +9,7 @@ import sqlite3
 from pathlib import Path
 
 import pytest
-from factories import attempt, llm_call
+from factories import attempt, downgrade, llm_call
 
 from agl.store import Store
 from agl.store.prompt_bases import PromptBases
@@ -125,10 +125,7 @@ def test_calls_of_a_store_from_schema_5_stay_whole_and_base_new_calls(tmp_path: 
     s.add_llm_call(llm_call(rollout_id, attempt_id, 0, *chat[0])).result()
     s.close()
     db = sqlite3.connect(tmp_path / "agl.sqlite")
-    db.execute("ALTER TABLE llm_calls DROP COLUMN prompt_base_seq")
-    db.execute("ALTER TABLE llm_calls DROP COLUMN prompt_base_len")
-    db.execute("ALTER TABLE llm_calls DROP COLUMN route")  # schema 8's
-    db.execute("UPDATE meta SET value='5' WHERE key='schema_version'")
+    downgrade(db, to=5)
     db.commit()
     db.close()
     with Store(tmp_path) as s:

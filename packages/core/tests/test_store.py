@@ -7,6 +7,7 @@ import time
 from pathlib import Path
 
 import pytest
+from factories import downgrade
 
 from agl.schema import (
     Attribution,
@@ -258,13 +259,7 @@ def test_a_store_from_the_previous_schema_is_migrated_in_place_keeping_its_data(
     # make it look like a store written by schema 1 (no per-agent models, no sampling temperature, agent key or
     # prompt base)
     db = sqlite3.connect(tmp_path / "agl.sqlite")
-    db.execute("ALTER TABLE model_versions DROP COLUMN agent_models")
-    db.execute("ALTER TABLE llm_calls DROP COLUMN temperature")
-    db.execute("ALTER TABLE llm_calls DROP COLUMN agent_key")
-    db.execute("ALTER TABLE llm_calls DROP COLUMN prompt_base_seq")
-    db.execute("ALTER TABLE llm_calls DROP COLUMN prompt_base_len")
-    db.execute("ALTER TABLE llm_calls DROP COLUMN route")
-    db.execute("UPDATE meta SET value='1' WHERE key='schema_version'")
+    downgrade(db, to=1)
     db.commit()
     db.close()
 

@@ -26,6 +26,8 @@ _EXPORTS = {
     "current_rollout": "agl.tracing.context",
     "current_agent": "agl.tracing.context",
     "propagate": "agl.tracing.context",
+    "external_llm": "agl.tracing.context",
+    "allow_external_llm": "agl.tracing.context",
     "attribution_headers": "agl.tracing.http_inject",
     "Client": "agl.client",
     "AsyncClient": "agl.client",
@@ -46,10 +48,12 @@ if TYPE_CHECKING:  # the same names, for type checkers (the `as` form marks them
     from agl.runner import Runner as Runner
     from agl.runner import RunnerOptions as RunnerOptions
     from agl.store import Store as Store
+    from agl.tracing.context import allow_external_llm as allow_external_llm
     from agl.tracing.context import current_agent as current_agent
     from agl.tracing.context import current_rollout as current_rollout
     from agl.tracing.context import enter_agent as enter_agent
     from agl.tracing.context import exit_agent as exit_agent
+    from agl.tracing.context import external_llm as external_llm
     from agl.tracing.context import propagate as propagate
     from agl.tracing.http_inject import attribution_headers as attribution_headers
     from agl.tracing.otel import configure_otel as configure_otel

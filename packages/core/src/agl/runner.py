@@ -40,6 +40,7 @@ class RunnerStats:
     timeout: int = 0
     superseded: int = 0  # the server gave the rollout to another attempt (lease expired); result discarded
     missed_attribution: int = 0  # LLM calls that lost their agent name (sent by a client agl does not patch)
+    bypassed_llm_calls: int = 0  # LLM calls sent to another host than agl: answered, never recorded
 
     @property
     def finished(self) -> int:
@@ -200,6 +201,7 @@ class Runner:
                     error=error,
                     after_llm_seq=ctx.last_llm_seq,
                     agent_scopes=ctx.agent_scopes,
+                    elsewhere=(ctx.bypassed_llm_calls, ctx.bypassed_llm_url, ctx.external_llm_calls),
                 ),
                 what=f"report attempt {ctx.attempt_id}",
             )
@@ -213,6 +215,9 @@ class Runner:
             self.stats.failed += 1
             return
         setattr(self.stats, status, getattr(self.stats, status) + 1)
+        if ctx.bypassed_llm_calls:
+            self.stats.bypassed_llm_calls += ctx.bypassed_llm_calls
+            _warn_bypassed(ctx)
         if completed.missed_attribution:
             self.stats.missed_attribution += completed.missed_attribution
             _warn_missed_attribution(ctx, completed.missed_attribution)
@@ -291,6 +296,28 @@ class Runner:
                 log.warning("could not %s (%s); retrying in %.1f s", what, exc, delay)
                 await asyncio.sleep(delay)
                 delay = min(delay * 2, 2.0)
+
+
+_warned_bypassed = False
+
+
+def _warn_bypassed(ctx: RolloutContext) -> None:
+    """Once per worker process: the calls went to an LLM agl never saw (billed if it is a hosted API, and lost to
+    training either way); the attempt's record keeps the count for `agl show` and the trainer."""
+    global _warned_bypassed
+    if _warned_bypassed:
+        return
+    _warned_bypassed = True
+    log.warning(
+        "%d LLM call(s) of rollout %s went to %s, not to agl: they were answered but never recorded. Point the"
+        " agent's client at the run's LLM URL (%s/v1; `agl worker` sets OPENAI_BASE_URL to it unless"
+        " --keep-openai-env) or at `llm.base_url`. Calls to another model on purpose: wrap them in"
+        " `with agl.external_llm():` or list the host in AGL_EXTERNAL_LLM_HOSTS. (Said once per worker.)",
+        ctx.bypassed_llm_calls,
+        ctx.rollout_id,
+        ctx.bypassed_llm_url,
+        ctx.server_url.rstrip("/"),
+    )
 
 
 _warned_missed = False

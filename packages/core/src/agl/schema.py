@@ -156,6 +156,9 @@ class Rollout(_Model):
     final_reward: float | None
     error: str | None
     metadata: dict[str, JsonValue]
+    # LLM calls the latest reported attempt sent somewhere other than agl (agl.tracing.http_inject): answered,
+    # never recorded. Last, as its store column is.
+    bypassed_llm_calls: int = 0
 
 
 class Attempt(_Model):
@@ -169,6 +172,11 @@ class Attempt(_Model):
     lease_expires_at: float
     ended_at: float | None
     error: str | None
+    # what the attempt's agent sent to LLMs other than agl (agl.tracing.http_inject), as its runner reported it:
+    # calls that bypassed agl (the first one's URL), and calls to LLMs it named as its own (`agl.external_llm`)
+    bypassed_llm_calls: int = 0
+    bypassed_llm_url: str | None = None
+    external_llm_calls: int = 0
 
 
 class ClaimRequest(_Model):
@@ -199,6 +207,10 @@ class CompleteRequest(_Model):
     # how many agent scopes the attempt opened (runners of agl-core ≥ 0.1 send it); with any, its calls that
     # bypassed agl's HTTP hook are marked `missed`
     agent_scopes: int | None = Field(default=None, ge=0)
+    # LLM calls the agent sent elsewhere than agl during the attempt (runners of agl-core ≥ 0.1 send them)
+    bypassed_llm_calls: int | None = Field(default=None, ge=0, le=INT64_MAX)
+    bypassed_llm_url: str | None = Field(default=None, max_length=2000)
+    external_llm_calls: int | None = Field(default=None, ge=0, le=INT64_MAX)
 
 
 # --------------------------------------------------------------------------------------------- rewards

@@ -356,8 +356,17 @@ class TrainingRun:
             self._tasks_for_step(step), n=cfg.group_size, mode="train", step=step, label=f"step {step + 1}/{cfg.steps}"
         )
         t_rollouts = time.monotonic() - t_start
+        trainable = self._trainable(rollouts)
+        llm_use = llm_call_counts(trainable)
+        if trainable and llm_use["rollouts_only_bypassing"] == len(trainable):
+            raise ValueError(
+                f"every rollout of step {step + 1} sent its LLM calls elsewhere than agl and none was recorded "
+                f"(e.g. {trainable[0].rollout.bypassed_llm_calls} call(s) of rollout {trainable[0].rollout.id}; "
+                "`agl show` names where they went): point the agent's client at the run's LLM URL (agl's workers "
+                "set OPENAI_BASE_URL to it) or at the `llm.base_url` its rollout function is given"
+            )
         episodes, build = build_episodes(
-            self._trainable(rollouts),
+            trainable,
             self.selection,
             merge_prefixes=cfg.merge_prefixes,
             max_tokens=cfg.max_transition_tokens,
@@ -394,6 +403,7 @@ class TrainingRun:
             "dropped_rewards": dict(build.dropped_rewards),
             "merged_calls": build.merged_calls,
             "missed_attribution": build.missed_attribution,
+            **llm_use,
             "zero_variance_groups": credit.zero_variance_groups,
             "single_rollout_groups": credit.single_rollout_groups,
             "groups": credit.groups,
@@ -413,6 +423,16 @@ class TrainingRun:
             + (f"  tasks with one rollout {credit.single_rollout_groups}" if credit.single_rollout_groups else "")
             + (f"  log-probs recomputed {update.recomputed_logprobs}" if update.recomputed_logprobs else "")
             + (f"  ⚠ agent name lost {build.missed_attribution}" if build.missed_attribution else "")
+            + (
+                f"  ⚠ LLM calls that bypassed agl {llm_use['bypassed_llm_calls']}"
+                if llm_use["bypassed_llm_calls"]
+                else ""
+            )
+            + (
+                f"  rollouts without LLM calls {llm_use['rollouts_without_llm_calls']}"
+                if llm_use["rollouts_without_llm_calls"]
+                else ""
+            )
         )
         if dropped or build.missed_attribution:
             self.console.print(f"          {build.summary()}", style="dim")
@@ -559,6 +579,16 @@ def resource_fields(generated_tokens: int, rollout_s: float) -> dict[str, float]
     if peak > 0:
         out["gpu_peak_gib"] = peak / 2**30
     return out
+
+
+def llm_call_counts(rollouts: Sequence[TrainableRollout]) -> dict[str, int]:
+    """What a step's rollouts did with their LLM calls: sent them elsewhere than agl (`bypassed_llm_calls`, the
+    runner's count), only there (`rollouts_only_bypassing`: calls made, none recorded), or made none at all."""
+    return {
+        "bypassed_llm_calls": sum(r.rollout.bypassed_llm_calls for r in rollouts),
+        "rollouts_only_bypassing": sum(1 for r in rollouts if r.rollout.bypassed_llm_calls and not r.llm_calls),
+        "rollouts_without_llm_calls": sum(1 for r in rollouts if not r.rollout.bypassed_llm_calls and not r.llm_calls),
+    }
 
 
 def detect_hardware_or_fail() -> Any:

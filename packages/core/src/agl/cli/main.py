@@ -423,7 +423,8 @@ def rollouts(server_url: str, token: str | None, status: str | None, step: int |
             "-" if r.final_reward is None else f"{r.final_reward:g}",
             r.mode,
             "" if r.step is None else str(r.step),
-            (r.error or "")[:60],
+            (f"[bold red]⚠ {r.bypassed_llm_calls} LLM call(s) bypassed agl[/] " if r.bypassed_llm_calls else "")
+            + (r.error or "")[:60],
         )
     Console(width=max(Console().width, 140)).print(table)
 

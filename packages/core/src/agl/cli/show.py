@@ -235,6 +235,13 @@ def render_rollout(detail: RolloutDetail, *, attempt: str | None = None, full: b
             f"[bold]attempt #{a.number}[/] {escape(a.id)}  worker {escape(a.worker_id)}  "
             f"{_status(a.status.value)}  {_duration(a.started_at, a.ended_at)}{final}{error}"
         )
+        if a.bypassed_llm_calls:
+            label += (
+                f"\n  [bold red]⚠ {a.bypassed_llm_calls} LLM call(s) bypassed agl (first:"
+                f" {escape(a.bypassed_llm_url or '?')}): answered, never recorded[/]"
+            )
+        if a.external_llm_calls:
+            label += f"\n  [dim]{a.external_llm_calls} call(s) to external LLMs (intended)[/]"
         if full or a.id == shown:
             branch = tree.add(label)
             if trace:  # where the agent failed, as Python printed it

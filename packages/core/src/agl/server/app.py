@@ -392,6 +392,11 @@ class Server:
                     error=req.error,
                     after_llm_seq=req.after_llm_seq,
                     agent_scopes=req.agent_scopes,
+                    elsewhere=(
+                        None
+                        if req.bypassed_llm_calls is None
+                        else (req.bypassed_llm_calls, req.bypassed_llm_url, req.external_llm_calls or 0)
+                    ),
                 )
             )
             if rollout.status is RolloutStatus.queued:

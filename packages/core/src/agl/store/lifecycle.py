@@ -177,9 +177,10 @@ def complete(
     error: str | None = None,
     after_llm_seq: int | None = None,
     agent_scopes: int | None = None,
+    elsewhere: tuple[int, str | None, int] | None = None,
 ) -> tuple[Rollout, list[str]]:
     """Record an attempt's outcome once; a repeated identical report changes nothing. Returns the rollout and
-    the attempts this ended (none for a repeated report). `agent_scopes`: see `Store.complete`."""
+    the attempts this ended (none for a repeated report). `agent_scopes`, `elsewhere`: see `Store.complete`."""
     att = conn.execute("SELECT number, status, rollout_id FROM attempts WHERE id=?", (attempt_id,)).fetchone()
     if att is None:
         raise NotFoundError(f"attempt {attempt_id!r} does not exist")
@@ -207,6 +208,12 @@ def complete(
     elif not is_latest or ro["status"] != _RUNNING:
         raise ConflictError(f"attempt {attempt_id} is not the active attempt of rollout {ro['id']}")
     conn.execute("UPDATE attempts SET status=?, ended_at=?, error=? WHERE id=?", (status, now, error, attempt_id))
+    if elsewhere is not None:  # (bypassed calls, the first one's URL, external calls) as the runner counted them
+        conn.execute(
+            "UPDATE attempts SET bypassed_llm_calls=?, bypassed_llm_url=?, external_llm_calls=? WHERE id=?",
+            (*elsewhere, attempt_id),
+        )
+        conn.execute("UPDATE rollouts SET bypassed_llm_calls=? WHERE id=?", (elsewhere[0], ro["id"]))
     if reward is not None:
         insert_reward(
             conn,

@@ -6,7 +6,7 @@ import sqlite3
 from pathlib import Path
 
 DB_FILENAME = "agl.sqlite"
-SCHEMA_VERSION = 8
+SCHEMA_VERSION = 9
 # How to bring a store written by an older agl up to date, step by step; applied once, in one transaction, when
 # the store is opened (data already stored is kept).
 MIGRATIONS: dict[int, tuple[str, ...]] = {
@@ -36,6 +36,13 @@ MIGRATIONS: dict[int, tuple[str, ...]] = {
     # 7 → 8: the route a call came in by (`chat` or `responses`); calls stored before came in by the chat route
     # (the Responses API was translated without a trace of it)
     7: ("ALTER TABLE llm_calls ADD COLUMN route TEXT NOT NULL DEFAULT 'chat'",),
+    # 8 → 9: LLM calls an attempt sent elsewhere than agl, as its runner reported them (and the latest on its rollout)
+    8: (
+        "ALTER TABLE attempts ADD COLUMN bypassed_llm_calls INTEGER NOT NULL DEFAULT 0",
+        "ALTER TABLE attempts ADD COLUMN bypassed_llm_url TEXT",
+        "ALTER TABLE attempts ADD COLUMN external_llm_calls INTEGER NOT NULL DEFAULT 0",
+        "ALTER TABLE rollouts ADD COLUMN bypassed_llm_calls INTEGER NOT NULL DEFAULT 0",
+    ),
 }
 
 # Each table's columns in the field order of its model (agl.schema), so a row selected with these names maps
@@ -58,6 +65,7 @@ ROLLOUT_COLUMNS = (
     "final_reward",
     "error",
     "metadata",
+    "bypassed_llm_calls",
 )
 ATTEMPT_COLUMNS = (
     "id",
@@ -70,6 +78,9 @@ ATTEMPT_COLUMNS = (
     "lease_expires_at",
     "ended_at",
     "error",
+    "bypassed_llm_calls",
+    "bypassed_llm_url",
+    "external_llm_calls",
 )
 SPAN_COLUMNS = (
     "trace_id",
@@ -146,7 +157,7 @@ CREATE TABLE IF NOT EXISTS rollouts (
   id TEXT PRIMARY KEY, task_id TEXT NOT NULL REFERENCES tasks(id), mode TEXT NOT NULL, step INTEGER,
   status TEXT NOT NULL, attempt_count INTEGER NOT NULL, max_attempts INTEGER NOT NULL, timeout_s REAL,
   created_at REAL NOT NULL, started_at REAL, ended_at REAL, final_attempt_id TEXT, final_reward REAL,
-  error TEXT, metadata TEXT NOT NULL);
+  error TEXT, metadata TEXT NOT NULL, bypassed_llm_calls INTEGER NOT NULL DEFAULT 0);
 CREATE INDEX IF NOT EXISTS rollouts_status ON rollouts(status, created_at);
 CREATE INDEX IF NOT EXISTS rollouts_task ON rollouts(task_id);
 -- newest-first pages of the dashboard's rollouts table (agl.server.dashboard.queries)
@@ -154,7 +165,8 @@ CREATE INDEX IF NOT EXISTS rollouts_created ON rollouts(created_at);
 CREATE TABLE IF NOT EXISTS attempts (
   id TEXT PRIMARY KEY, rollout_id TEXT NOT NULL REFERENCES rollouts(id), number INTEGER NOT NULL,
   worker_id TEXT NOT NULL, status TEXT NOT NULL, started_at REAL NOT NULL, heartbeat_at REAL NOT NULL,
-  lease_expires_at REAL NOT NULL, ended_at REAL, error TEXT);
+  lease_expires_at REAL NOT NULL, ended_at REAL, error TEXT, bypassed_llm_calls INTEGER NOT NULL DEFAULT 0,
+  bypassed_llm_url TEXT, external_llm_calls INTEGER NOT NULL DEFAULT 0);
 CREATE INDEX IF NOT EXISTS attempts_rollout ON attempts(rollout_id);
 CREATE INDEX IF NOT EXISTS attempts_lease ON attempts(status, lease_expires_at);
 CREATE TABLE IF NOT EXISTS spans (

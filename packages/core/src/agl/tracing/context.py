@@ -73,6 +73,11 @@ class RolloutContext:
     agent_scopes: int = 0
     # spans or rewards the server refused for good (bad input): the attempt reports them as its failure
     refused: list[str] = field(default_factory=list)
+    # LLM requests the agent sent to another host than agl (agl.tracing.http_inject): answered, never recorded;
+    # and those to LLMs it named its own (`external_llm`, the allow-list), counted apart
+    bypassed_llm_calls: int = 0
+    bypassed_llm_url: str | None = None
+    external_llm_calls: int = 0
     _seq_lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
     @property
@@ -92,6 +97,15 @@ class RolloutContext:
     def opened_agent_scope(self) -> None:
         with self._seq_lock:
             self.agent_scopes += 1
+
+    def sent_llm_call_elsewhere(self, url: str, *, intended: bool) -> None:
+        with self._seq_lock:
+            if intended:
+                self.external_llm_calls += 1
+            else:
+                self.bypassed_llm_calls += 1
+                if self.bypassed_llm_url is None:
+                    self.bypassed_llm_url = url
 
 
 def llm_base_url(server_url: str, rollout_id: str, attempt_id: str) -> str:
@@ -113,6 +127,40 @@ _span: contextvars.ContextVar[str | None] = contextvars.ContextVar("agl_span", d
 def current_rollout() -> RolloutContext | None:
     """The rollout this code runs in, or None outside any rollout."""
     return _rollout.get()
+
+
+_external_llm: contextvars.ContextVar[bool] = contextvars.ContextVar("agl_external_llm", default=False)
+_external_hosts: set[str] = set()
+
+
+class external_llm:
+    """Marks the LLM calls made inside as going to another model on purpose (a hosted judge, a tool backed by its
+    own LLM): counted apart, never reported as calls that bypassed agl. Works in sync and async code."""
+
+    def __enter__(self) -> None:
+        self._token = _external_llm.set(True)
+
+    def __exit__(self, *exc: object) -> None:
+        _external_llm.reset(self._token)
+
+
+def allow_external_llm(*hosts: str) -> None:
+    """Hosts (`api.openai.com`, `judge.internal:8000`) whose LLM calls are intended: counted apart, never reported
+    as bypassing agl. `AGL_EXTERNAL_LLM_HOSTS` (comma-separated) adds to them."""
+    _external_hosts.update(h.strip().lower() for h in hosts if h.strip())
+
+
+def external_llm_intended(host: str, port: int | None) -> bool:
+    """Whether an LLM call to `host` (and `port`) leaves agl on purpose (`external_llm`, the allow-list)."""
+    if _external_llm.get():
+        return True
+    import os
+
+    allowed = _external_hosts | {
+        h.strip().lower() for h in os.environ.get("AGL_EXTERNAL_LLM_HOSTS", "").split(",") if h.strip()
+    }
+    host = host.lower()
+    return host in allowed or (port is not None and f"{host}:{port}" in allowed)
 
 
 def current_agent() -> str | None:

@@ -26,13 +26,23 @@ from urllib.parse import quote
 
 from agl.instrumentation import Instrumentor, importable
 from agl.tracing import attributes as attr
-from agl.tracing.context import RolloutContext, current_agent, current_agent_key, current_rollout, current_span_id
+from agl.tracing.context import (
+    RolloutContext,
+    current_agent,
+    current_agent_key,
+    current_rollout,
+    current_span_id,
+    external_llm_intended,
+)
 
 # Modules with httpx's client API (`Client.send(request, **kw)`, `AsyncClient.send`, `request.url`/`.headers`)
 # through which a supported framework sends LLM requests.
 HTTP_STACKS = ("httpx", "httpx2")
 # the path of an attempt's proxy URL (see agl.tracing.context.llm_base_url)
 _PROXY_PATH = re.compile(r"/rollout/[^/]+/attempt/[^/]+/v1/")
+# what an LLM API's routes end with (OpenAI's chat completions, completions and Responses; Anthropic's messages):
+# such a request sent inside a rollout to a host other than agl's is a call agl never sees
+_LLM_ROUTE = re.compile(r"/(chat/completions|completions|responses|messages)/?$")
 _HEADER_SAFE = " !#$&'()*+,-./:;<=>?@[]^_`{|}~"  # what an agent name keeps as it is in a header (ASCII only)
 
 
@@ -66,6 +76,10 @@ def _prepare(request: Any) -> RolloutContext | None:
         return None
     if url.startswith(ctx.llm_base_url):
         pass
+    elif not url.startswith(ctx.server_url.rstrip("/") + "/") and _LLM_ROUTE.search(request.url.path):
+        intended = external_llm_intended(str(request.url.host), request.url.port)
+        ctx.sent_llm_call_elsewhere(url.split("?", 1)[0], intended=intended)
+        return None
     elif url.startswith(ctx.fixed_llm_base_url + "/") and not url.startswith(ctx.fixed_llm_base_url + "/traces"):
         # the run's one LLM URL (a client built at import time): the ids a proxy URL has in its path travel as
         # headers, and the attempt's own credential replaces whatever key the client was built with

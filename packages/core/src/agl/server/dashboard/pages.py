@@ -265,6 +265,13 @@ def rollout(detail: RolloutDetail, transitions: list[dict[str, Any]]) -> str:
             f"{final}{f' <span class=bad>{_e(message)}</span>' if message else ''}</summary>"
         )
         trace_html = f"<pre class=traceback>{_e(trace)}</pre>" if trace else ""
+        if a.bypassed_llm_calls:
+            trace_html = (
+                f"<p class=bad>⚠ {a.bypassed_llm_calls} LLM call(s) bypassed agl (first: {_e(a.bypassed_llm_url)}):"
+                " answered, never recorded</p>" + trace_html
+            )
+        if a.external_llm_calls:
+            trace_html = f"<p class=muted>{a.external_llm_calls} call(s) to external LLMs (intended)</p>" + trace_html
         tree = _tree(nest(part.spans, part.calls, part.rewards)) or "<p class=muted>nothing recorded</p>"
         attempts.append(f"<details class=attempt{' open' if a.id == shown else ''}>{head}{trace_html}{tree}</details>")
     error = f"<p class=bad>{_e(failure.split(r.error)[0])}</p>" if r.error else ""
