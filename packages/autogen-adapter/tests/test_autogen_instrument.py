@@ -115,3 +115,34 @@ def test_example_calculator_is_safe(example: ModuleType) -> None:
             example.calculator(bad)
     with pytest.raises(ZeroDivisionError):
         example.calculator("7/0")
+
+
+def test_a_known_model_name_gives_no_model_mismatch_warning_under_agl(run_rollout: Any) -> None:
+    """`gpt-4o` resolves to a dated model in AutoGen, which warns on every answer that names another; under agl
+    the answer comes from the policy, so agl silences that warning (and names the serving model with each call)."""
+    import warnings
+
+    from autogen_agentchat.agents import AssistantAgent
+    from autogen_ext.models.openai import OpenAIChatCompletionClient
+
+    import agl
+
+    @agl.rollout
+    async def ask(task: Any, llm: agl.LLM) -> float:
+        client = OpenAIChatCompletionClient(model="gpt-4o", base_url=llm.base_url, api_key=llm.api_key)
+        await AssistantAgent("helper", model_client=client).run(task="hello")
+        return 1.0
+
+    with warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter("default")  # what a user's process shows
+        import agl_autogen
+
+        agl_autogen.uninstrument()
+        agl_autogen.instrument()  # after the default: its filter comes first, as in a real process
+        detail = run_rollout(ask, "hello")
+    assert detail.llm_calls and not [w for w in seen if "Resolved model mismatch" in str(w.message)]
+    agl_autogen.uninstrument()
+    with warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter("default")
+        run_rollout(ask, "again")
+    assert [w for w in seen if "Resolved model mismatch" in str(w.message)]  # what it silenced

@@ -78,3 +78,26 @@ def test_outside_a_rollout_the_app_runs_unchanged(example: ModuleType, agl_upstr
     direct = agl.LLM(base_url=agl_upstream, model="scripted")  # the model itself, no agl proxy in between
     assert example.research_crew(QUESTION, direct) == 1.0
     assert agl.current_agent() is None  # no scope leaked out of the agents' work
+
+
+def test_crewais_approximate_token_count_warning_is_silenced_while_instrumented(caplog: object) -> None:
+    """On any OpenAI-compatible server (agl's proxy) CrewAI estimates input tokens and warns at each estimate;
+    agl records the exact ids of every call, so the adapter drops that one warning, and only while it is on."""
+    import logging
+
+    import pytest
+    from crewai import LLM
+
+    assert isinstance(caplog, pytest.LogCaptureFixture)
+    llm = LLM(model="openai/agl-policy", base_url="http://127.0.0.1:8765/v1", api_key="agl")
+    agl_crewai.instrument()
+    try:
+        with caplog.at_level(logging.WARNING):
+            assert llm.get_input_tokens_count("What is 12 + 30?") > 0
+        assert "approximate input token count" not in caplog.text
+    finally:
+        agl_crewai.uninstrument()
+    caplog.clear()
+    with caplog.at_level(logging.WARNING):
+        llm.get_input_tokens_count("What is 12 + 30?")
+    assert "approximate input token count" in caplog.text  # CrewAI's own, back once agl is off

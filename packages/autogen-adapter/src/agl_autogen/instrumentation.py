@@ -17,6 +17,7 @@ can.
 from __future__ import annotations
 
 import functools
+import warnings
 from collections.abc import Callable
 from typing import Any, ClassVar
 
@@ -44,6 +45,14 @@ TEAM_RUNNING_HINT = (
 )
 
 
+# the start of the warning AutoGen's OpenAI client gives when an answer names another model than it resolved
+MODEL_MISMATCH = "Resolved model mismatch"
+
+
+def _matches_mismatch(pattern: object) -> bool:
+    return getattr(pattern, "pattern", None) == MODEL_MISMATCH
+
+
 class AutoGenInstrumentor(Instrumentor):
     """agl's hooks in AgentChat (see the module's docstring); `agl_autogen.instrument()` runs this one."""
 
@@ -51,6 +60,10 @@ class AutoGenInstrumentor(Instrumentor):
 
     def _instrument(self) -> None:
         add_hint(TEAM_RUNNING, TEAM_RUNNING_HINT)
+        # AutoGen compares the model an answer names with the dated model it resolved the client's name to
+        # (gpt-4o → gpt-4o-2024-08-06) and warns on every call when they differ, which they always do under agl
+        # (the policy answers, under the upstream's name): agl says which model served each call itself
+        warnings.filterwarnings("ignore", message=MODEL_MISMATCH, category=UserWarning)
         for cls in _all_subclasses(BaseChatAgent):
             self.patch_agent_class(cls)
         self._patch_future_agent_classes()
@@ -58,6 +71,7 @@ class AutoGenInstrumentor(Instrumentor):
 
     def _uninstrument(self) -> None:
         remove_hint(TEAM_RUNNING)
+        warnings.filters[:] = [f for f in warnings.filters if not (f[0] == "ignore" and _matches_mismatch(f[1]))]
 
     def patch_agent_class(self, cls: type) -> None:
         """Wrap the turn methods `cls` itself defines (inherited ones are wrapped where they are defined)."""

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable
 from typing import Any, ClassVar
 
@@ -94,11 +95,26 @@ class CrewAIInstrumentor(Instrumentor):
     def _instrument(self) -> None:
         self.listener = AglListener._listen()
         agent_scopes.wrap_agent_methods(self)
+        logging.getLogger(_BASE_LLM_LOGGER).addFilter(_APPROXIMATE_COUNT)
 
     def _uninstrument(self) -> None:
         if self.listener is not None:
             self.listener._stop()
             self.listener = None
+        logging.getLogger(_BASE_LLM_LOGGER).removeFilter(_APPROXIMATE_COUNT)
+
+
+class _NoApproximateCountWarning(logging.Filter):
+    """CrewAI estimates input tokens at one per four characters on any OpenAI-compatible server, agl's included,
+    and warns at each estimate; under agl the policy's own token ids are recorded with every call, so the estimate
+    costs nothing worth a warning per call."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not str(record.msg).startswith("Using an approximate input token count")
+
+
+_BASE_LLM_LOGGER = "crewai.llms.base_llm"
+_APPROXIMATE_COUNT = _NoApproximateCountWarning()
 
 
 def instrument() -> AglListener:
