@@ -71,7 +71,8 @@ class AutoGenInstrumentor(Instrumentor):
 
     def _uninstrument(self) -> None:
         remove_hint(TEAM_RUNNING)
-        warnings.filters[:] = [f for f in warnings.filters if not (f[0] == "ignore" and _matches_mismatch(f[1]))]
+        kept = [f for f in warnings.filters if not (f[0] == "ignore" and _matches_mismatch(f[1]))]
+        warnings.filters[:] = kept  # type: ignore[index]  # a list at run time, typed as a Sequence
 
     def patch_agent_class(self, cls: type) -> None:
         """Wrap the turn methods `cls` itself defines (inherited ones are wrapped where they are defined)."""
