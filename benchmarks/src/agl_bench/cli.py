@@ -27,7 +27,7 @@ def _load(task_name: str, split: str | None, data: str | None, limit: int | None
     if split not in task.splits:
         raise click.ClickException(f"{task.name} has no split {split!r}; choose one of {', '.join(task.splits)}")
     try:
-        rows = limit_rows(task.load(datasets_root(data), split), limit)
+        rows = limit_rows(task.load(datasets_root(data, task.name), split), limit)
     except DataError as exc:
         raise click.ClickException(str(exc)) from exc
     return task, split, rows
@@ -49,7 +49,10 @@ def _task_options(pairs: tuple[str, ...]) -> dict[str, Any]:
 
 
 DATA_OPTION = click.option(
-    "--data", default=None, help="Folder holding spider/, musique/, calc_x/ (default: ../shared/datasets)."
+    "--data",
+    default=None,
+    help="Folder holding spider/, musique/, calc_x/ (default: $AGL_BENCH_DATA, the fetched data in "
+    "~/.cache/agl/bench, else ../shared/datasets).",
 )
 SET_OPTION = click.option("--set", "settings", multiple=True, metavar="KEY=VALUE", help="A task option (repeatable).")
 
@@ -244,3 +247,71 @@ def train_command(
         TrainingRun(config, air_rules=task.air_rules()).run()
     except (ValueError, FileNotFoundError, EngineError) as exc:
         raise click.ClickException(str(exc)) from exc
+
+
+@bench.group()
+def data() -> None:
+    """The tasks' data: fetch it from its official sources, see where each task reads it from."""
+
+
+@data.command(name="fetch")
+@click.argument("task_names", metavar="TASK...", nargs=-1, required=True, type=click.Choice(sorted(TASKS)))
+@click.option(
+    "--to", "into", default=None, help="Folder to fetch into (default: $AGL_BENCH_DATA or ~/.cache/agl/bench)."
+)
+@click.option("--revision", default=None, help="Hub datasets: a branch, tag or commit (default: main).")
+@click.option(
+    "--archive",
+    default=None,
+    metavar="PATH|URL",
+    help="Spider: the release archive spider_data.zip, downloaded by hand or from a mirror (default: the authors' link).",
+)
+@click.option(
+    "--force", is_flag=True, help="Fetch again, replacing what is there once the new copy has passed its checks."
+)
+def fetch_command(
+    task_names: tuple[str, ...], into: str | None, revision: str | None, archive: str | None, force: bool
+) -> None:
+    """Download each TASK's data from its official source (the Hugging Face hub; Spider: its release archive),
+    check it, and keep it where `agl bench eval/train` read it from."""
+    from agl_bench.fetch import FetchError, fetch
+    from agl_bench.sources import get_source
+
+    for name in task_names:
+        source = get_source(name)
+        click.echo(f"{source.task}: from {source.origin.describe() if archive is None else archive} ({source.license})")
+        try:
+            fetch(
+                name,
+                into=Path(into) if into else None,
+                revision=revision,
+                archive=archive,
+                force=force,
+                progress=click.echo,
+            )
+        except FetchError as exc:
+            raise click.ClickException(str(exc)) from exc
+
+
+@data.command(name="show")
+@click.option("--data", "data_dir", default=None, help="A folder to look at instead of the default places.")
+def show_command(data_dir: str | None) -> None:
+    """Where each task's data is read from, and where it came from."""
+    from agl_bench.datasets import DataError, datasets_root
+    from agl_bench.fetch import read_manifest
+
+    for name in sorted(TASKS):
+        try:
+            folder = datasets_root(data_dir, name) / name
+        except DataError as exc:
+            click.echo(f"{name:<8} {exc}")
+            continue
+        manifest = read_manifest(folder)
+        if manifest is None:
+            click.echo(f"{name:<8} {folder} (a local folder; agl did not fetch it)")
+            continue
+        origin = manifest.get("source", {})
+        where = origin.get("repo_id") or origin.get("url") or origin.get("path")
+        at = f" @ {origin['commit'][:12]}" if origin.get("commit") else ""
+        rows = ", ".join(f"{split} {n:,}" for split, n in manifest.get("rows", {}).items())
+        click.echo(f"{name:<8} {folder}\n         from {where}{at}, fetched {manifest.get('fetched_at')}: {rows}")

@@ -1,7 +1,10 @@
 """Where the benchmark data is, and reading it with errors that name the file and line.
 
-The data is never copied into the repository: it is read from `../shared/datasets/` beside the checkout (found
-by walking up from the working directory and from this file), from `$AGL_BENCH_DATA`, or from `--data DIR`.
+A task's data is read from, in this order: `--data DIR` (a folder holding `spider/`, `musique/`, `calc_x/`);
+`$AGL_BENCH_DATA`; the cache that `agl bench data fetch TASK` fills from the official sources
+(`~/.cache/agl/bench/`, used once the task has been fetched there); `../shared/datasets/` beside the checkout
+(the project's own subsets, found by walking up from the working directory and from this file). Nothing is
+ever copied into the repository.
 """
 
 from __future__ import annotations
@@ -14,30 +17,54 @@ from pathlib import Path
 from typing import Any
 
 ENV_VAR = "AGL_BENCH_DATA"
+MANIFEST = "SOURCE.json"  # written by `agl bench data fetch` once a task's data is complete and checked
 
 
 class DataError(ValueError):
     """Benchmark data that is missing or malformed; the message names the file (and line) at fault."""
 
 
-def datasets_root(explicit: str | Path | None = None) -> Path:
-    """The folder holding `spider/`, `musique/`, `calc_x/`."""
+def fetch_root() -> Path:
+    """Where `agl bench data fetch` puts the data: `$AGL_BENCH_DATA`, else `bench/` in agl's cache
+    (`$AGL_CACHE_DIR`, default `~/.cache/agl`)."""
+    if os.environ.get(ENV_VAR):
+        return Path(os.environ[ENV_VAR]).expanduser()
+    return Path(os.environ.get("AGL_CACHE_DIR") or "~/.cache/agl").expanduser() / "bench"
+
+
+def shared_root() -> Path | None:
+    """`../shared/datasets/` beside the checkout, when there is one."""
+    for start in (Path.cwd(), Path(__file__).resolve()):
+        for folder in (start, *start.parents):
+            candidate = folder / "shared" / "datasets"
+            if candidate.is_dir():
+                return candidate
+    return None
+
+
+def datasets_root(explicit: str | Path | None = None, task: str | None = None) -> Path:
+    """The folder holding `spider/`, `musique/`, `calc_x/` (for `task`: one that holds that task's folder)."""
     if explicit is not None:
         root = Path(explicit).expanduser()
         if not root.is_dir():
             raise DataError(f"data folder {root} does not exist")
         return root
     if os.environ.get(ENV_VAR):
-        root = Path(os.environ[ENV_VAR]).expanduser()
+        root = fetch_root()
         if not root.is_dir():
-            raise DataError(f"{ENV_VAR}={root} is not a folder")
+            raise DataError(f"{ENV_VAR}={root} is not a folder (agl bench data fetch TASK fills it)")
         return root
-    for start in (Path.cwd(), Path(__file__).resolve()):
-        for folder in (start, *start.parents):
-            candidate = folder / "shared" / "datasets"
-            if candidate.is_dir():
-                return candidate
-    raise DataError(f"no benchmark data found: give --data DIR or set {ENV_VAR} (expected ../shared/datasets)")
+    cache = fetch_root()
+    if task is not None and (cache / task / MANIFEST).is_file():
+        return cache
+    shared = shared_root()
+    if shared is not None and (task is None or (shared / task).is_dir()):
+        return shared
+    what = f"no {task} data" if task else "no benchmark data"
+    raise DataError(
+        f"{what} found: looked in {cache / (task or '')} and ../shared/datasets; run "
+        f"`agl bench data fetch {task or 'TASK'}` to download it from its official source, or give --data DIR"
+    )
 
 
 def task_folder(root: Path, name: str) -> Path:

@@ -1,8 +1,10 @@
 """Calc-X rows (`id, question, chain, result, source`) from JSON Lines or parquet, as agent task inputs.
 
-`<root>/calc_x/<split>.jsonl` is read, else `<split>.parquet` (the Calc-X collection's own format on the
-Hugging Face hub); splits `train` (300 rows) and `test` (200 rows) ship in the shared data folder. A task
-input is `{"id", "question", "result"}` (`result`: the gold answer string).
+`<root>/calc_x/<split>.jsonl` is read, else `<split>.parquet`, else the hub's own shards
+`data/<split>-*.parquet` (what `agl bench data fetch calc_x` downloads from MU-NLPC/Calc-X, whose rows carry
+`source_ds` where the shared subset has `source`). Splits: `train` (300 rows) and `test` (200 rows) ship in the
+shared data folder; the full collection has train 319k / validation 3.3k / test 6.1k. A task input is
+`{"id", "question", "result"}` (`result`: the gold answer string).
 """
 
 from __future__ import annotations
@@ -13,7 +15,7 @@ from typing import Any
 from agl_bench.datasets import DataError, read_jsonl, require_keys, task_folder
 
 TASK_DIR = "calc_x"
-SPLITS = ("train", "test")
+SPLITS = ("train", "validation", "test")
 FIELDS = ("id", "question", "chain", "result")  # `source` is always "calc": not needed, not required
 
 
@@ -44,14 +46,20 @@ def _read_parquet(path: Path) -> list[dict[str, Any]]:
     return rows
 
 
-def split_file(folder: Path, split: str) -> Path:
+def split_files(folder: Path, split: str) -> list[Path]:
+    """The file(s) of one split: `<split>.jsonl`, `<split>.parquet`, or the hub's shards in file-name order."""
     if split not in SPLITS:
         raise DataError(f"unknown Calc-X split {split!r}; choose one of {', '.join(SPLITS)}")
     for suffix in (".jsonl", ".parquet"):
         candidate = folder / f"{split}{suffix}"
         if candidate.is_file():
-            return candidate
-    raise DataError(f"Calc-X {split} split not found: {folder / f'{split}.jsonl'} (or .parquet)")
+            return [candidate]
+    shards = sorted((folder / "data").glob(f"{split}-*.parquet"))
+    if shards:
+        return shards
+    raise DataError(
+        f"Calc-X {split} split not found: {folder / f'{split}.jsonl'} (or .parquet, or data/{split}-*.parquet)"
+    )
 
 
 def task_input(row: dict[str, Any]) -> dict[str, Any]:
@@ -60,4 +68,17 @@ def task_input(row: dict[str, Any]) -> dict[str, Any]:
 
 def load(root: Path, split: str) -> list[dict[str, Any]]:
     """The task inputs of one split, in file order."""
-    return [task_input(row) for row in read_rows(split_file(task_folder(root, TASK_DIR), split))]
+    files = split_files(task_folder(root, TASK_DIR), split)
+    return [task_input(row) for path in files for row in read_rows(path)]
+
+
+def check(folder: Path) -> dict[str, int]:
+    """Rows per split present in `folder` (a fetched `calc_x/`), every row checked."""
+    counts: dict[str, int] = {}
+    for split in SPLITS:
+        try:
+            files = split_files(folder, split)
+        except DataError:
+            continue  # a split the source does not have
+        counts[split] = sum(len(read_rows(path)) for path in files)
+    return counts

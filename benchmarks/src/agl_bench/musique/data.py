@@ -1,13 +1,15 @@
 """Loading MuSiQue: official MuSiQue-Ans JSONL rows → task inputs, and the paragraph corpus they retrieve from.
 
-Files (in `<datasets root>/musique/`, see its SOURCE.md): `dev.jsonl` and `train.jsonl` (official rows:
+Files (in `<datasets root>/musique/`): `dev.jsonl` and `train.jsonl`, or the official release's
+`musique_ans_v1.0_dev.jsonl` and `musique_ans_v1.0_train.jsonl` (what `agl bench data fetch musique` downloads);
+official rows:
 `id`, `paragraphs` [{idx, title, paragraph_text, is_supporting}], `question`, `question_decomposition`,
 `answer`, `answer_aliases`, `answerable`) and `corpus.jsonl` (`id`, `title`, `text`), one pool of every
 paragraph of both splits.
 
 When `corpus.jsonl` is absent (e.g. a user points `--data` at the official files alone), the corpus is built
 from the paragraphs of the split's own rows, deduplicated by title + text, with the same ids as the shipped
-file (`p` + 12 hex of sha1(title + "\\n" + text)), and written once under `$AGL_CACHE_DIR/bench/musique/`
+file (`p` + 12 hex of sha1(title + "\\n" + text)), and written once under `$AGL_CACHE_DIR/derived/musique/`
 (default `~/.cache/agl`): task inputs travel to worker processes as JSON, so they carry the corpus's path, not
 the passages.
 """
@@ -27,6 +29,7 @@ from agl_bench.datasets import DataError, read_jsonl, require_keys, task_folder
 NAME = "musique"
 SPLITS = ("dev", "train")
 CORPUS_FILE = "corpus.jsonl"
+OFFICIAL_FILE = "musique_ans_v1.0_{split}.jsonl"
 ROW_KEYS = ("id", "paragraphs", "question", "answer", "answer_aliases")
 PARAGRAPH_KEYS = ("title", "paragraph_text")
 CORPUS_KEYS = ("id", "title", "text")
@@ -35,7 +38,8 @@ _HOPS = re.compile(r"^(\d+)hop")
 
 def cache_dir() -> Path:
     """Where the benchmark keeps what it derives from the data (built corpora, dense embeddings)."""
-    return Path(os.environ.get("AGL_CACHE_DIR") or Path.home() / ".cache" / "agl") / "bench" / NAME
+    # Not under bench/musique/: that folder is what `agl bench data fetch musique` owns and replaces whole.
+    return Path(os.environ.get("AGL_CACHE_DIR") or Path.home() / ".cache" / "agl") / "derived" / NAME
 
 
 def passage_id(title: str, text: str) -> str:
@@ -105,6 +109,28 @@ def write_corpus(passages: list[dict[str, str]], folder: Path | None = None) -> 
     return path
 
 
+def split_file(folder: Path, split: str) -> Path:
+    """`<split>.jsonl` (the shared subset), else the official release's `musique_ans_v1.0_<split>.jsonl`."""
+    for name in (f"{split}.jsonl", OFFICIAL_FILE.format(split=split)):
+        if (folder / name).is_file():
+            return folder / name
+    raise DataError(
+        f"MuSiQue {split} split not found: {folder / f'{split}.jsonl'} (or {OFFICIAL_FILE.format(split=split)})"
+    )
+
+
+def check(folder: Path) -> dict[str, int]:
+    """Rows per split present in `folder` (a fetched `musique/`), every row checked."""
+    counts: dict[str, int] = {}
+    for split in SPLITS:
+        try:
+            path = split_file(folder, split)
+        except DataError:
+            continue
+        counts[split] = len(read_rows(path))
+    return counts
+
+
 def task_input(row: dict[str, Any], corpus_path: Path) -> dict[str, Any]:
     answers = [row["answer"], *(a for a in row["answer_aliases"] if a != row["answer"])]
     return {
@@ -121,7 +147,7 @@ def load(root: Path, split: str) -> list[dict[str, Any]]:
     if split not in SPLITS:
         raise DataError(f"MuSiQue has no split {split!r}; choose one of {', '.join(SPLITS)}")
     folder = task_folder(root, NAME)
-    rows = read_rows(folder / f"{split}.jsonl")
+    rows = read_rows(split_file(folder, split))
     corpus_path = folder / CORPUS_FILE
     if corpus_path.is_file():
         read_corpus_rows(corpus_path)  # fail here, at load time, rather than in every rollout

@@ -6,7 +6,7 @@
 - **Dense**: embeddings from any OpenAI-compatible `/v1/embeddings` endpoint (`embedding_url`,
   `embedding_model`; the key from `$AGL_EMBEDDING_API_KEY`, else `$OPENAI_API_KEY`, else a placeholder that
   local servers ignore), cosine similarity in numpy. The corpus embeddings are computed once and kept on disk at
-  `$AGL_CACHE_DIR/bench/musique/embeddings/<corpus sha256>-<model>.npy` (default `~/.cache/agl`).
+  `$AGL_CACHE_DIR/derived/musique/embeddings/<corpus sha256>-<model>.npy` (default `~/.cache/agl`).
 
 Either index is built once per corpus file per process and kept in a module-level cache keyed by the file's
 path, modification time and size (and, for dense, endpoint and model), so a worker running many rollouts pays

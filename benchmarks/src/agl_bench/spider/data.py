@@ -15,11 +15,12 @@ A task input is `{id, db_id, question, query, db_path, schema}` (`query` = the g
 
 from __future__ import annotations
 
+import sqlite3
 from pathlib import Path
 from typing import Any
 
 from agl_bench.datasets import DataError, read_json, read_jsonl, require_file, require_keys, task_folder
-from agl_bench.spider.evaluate import open_read_only
+from agl_bench.spider.evaluate import open_read_only, run_query
 
 SPLITS = ("dev", "train", "test")
 # 226 of the 688 questions (33 %): a mix of sizes and difficulty (car_1 is one of the hardest dev databases).
@@ -30,6 +31,7 @@ TEST_DATABASES = frozenset({"car_1", "tvshow", "employee_hire_evaluation", "muse
 # CREATE TABLE statement comes first (whitespace collapsed); example rows are added, table by table, only while
 # they fit; a schema whose statements alone are too long is cut and marked as cut.
 SCHEMA_MAX_CHARS = 4_000
+CHECK_TIMEOUT_S = 60.0  # a gold query that runs longer than this on a fetched database means a broken copy
 SCHEMA_EXAMPLE_ROWS = 2
 _MAX_VALUE_CHARS = 40
 
@@ -132,3 +134,29 @@ def load(root: Path, split: str) -> list[dict[str, Any]]:
         db_path = database_path(folder, db_id).resolve()
         tasks.append({**row, "db_path": str(db_path), "schema": schemas[db_id]})
     return tasks
+
+
+def check(folder: Path) -> dict[str, int]:
+    """Every question of a fetched `spider/` has its database, each database passes SQLite's own check, and
+    every gold query runs on it; returns the rows per split."""
+    examples = read_examples(folder)
+    for db_id in sorted({row["db_id"] for row in examples}):
+        path = require_file(database_path(folder, db_id), f"database of {db_id}")
+        conn = sqlite3.connect(f"{path.resolve().as_uri()}?mode=ro", uri=True)
+        try:
+            verdict = conn.execute("PRAGMA quick_check").fetchone()[0]
+        except sqlite3.Error as exc:
+            raise DataError(f"{path}: not a readable SQLite database ({exc})") from None
+        finally:
+            conn.close()
+        if verdict != "ok":
+            raise DataError(f"{path}: SQLite's quick_check says {verdict}")
+    failed = [
+        (row["id"], result.error)
+        for row in examples
+        if not (result := run_query(database_path(folder, row["db_id"]), row["query"], timeout_s=CHECK_TIMEOUT_S)).ok
+    ]
+    if failed:
+        shown = "; ".join(f"{qid}: {error}" for qid, error in failed[:3])
+        raise DataError(f"{len(failed)} of {len(examples)} gold queries fail on their database ({shown})")
+    return {split: sum(1 for row in examples if split == "dev" or split_of(row["db_id"]) == split) for split in SPLITS}

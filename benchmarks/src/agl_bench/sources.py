@@ -1,0 +1,82 @@
+"""Where each task's data officially comes from: what `agl bench data fetch TASK` downloads.
+
+Calc-X and MuSiQue come from the Hugging Face datasets hub, as the files the hub holds (parquet shards, the
+official JSON Lines), read by the loaders as they are. Spider's databases exist only in the authors' release
+archive (`spider_data.zip`, linked from https://yale-lily.github.io/spider); the archive also holds the
+official `dev.json`, so Spider needs nothing from the hub (the hub's `xlangai/spider` has the questions only).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class HubSource:
+    """Files of one dataset repository on the Hugging Face hub."""
+
+    repo_id: str
+    patterns: tuple[str, ...]  # which files of the repository (glob patterns on their paths)
+    revision: str = "main"
+
+    def describe(self) -> str:
+        return f"hf://datasets/{self.repo_id} ({', '.join(self.patterns)})"
+
+
+@dataclass(frozen=True)
+class ArchiveSource:
+    """A zip archive on the web; `top` is its one top-level folder, whose content becomes the task folder."""
+
+    url: str
+    top: str
+    keep: tuple[str, ...]  # what to unpack (glob patterns on paths below `top`); the rest is not needed
+    page: str  # where a person downloads it by hand when the URL refuses a script
+
+    def describe(self) -> str:
+        return self.url
+
+
+@dataclass(frozen=True)
+class Source:
+    task: str
+    origin: HubSource | ArchiveSource
+    license: str
+    cite: str
+
+
+SOURCES: dict[str, Source] = {
+    "calc_x": Source(
+        task="calc_x",
+        # The Calc-X collection (all its parts, deduplicated, with the authors' train/validation/test split)
+        origin=HubSource("MU-NLPC/Calc-X", ("data/*.parquet", "README.md")),
+        license="MIT / Apache-2.0 per part (see the dataset card)",
+        cite="Kadlčík et al., Calc-X and Calcformers, EMNLP 2023",
+    ),
+    "musique": Source(
+        task="musique",
+        # The official MuSiQue-Ans v1.0 files, as released (the authors host them on Google Drive only)
+        origin=HubSource("dgslibisey/MuSiQue", ("musique_ans_v1.0_dev.jsonl", "musique_ans_v1.0_train.jsonl")),
+        license="CC BY 4.0",
+        cite="Trivedi et al., MuSiQue: Multihop Questions via Single-hop Question Composition, TACL 2022",
+    ),
+    "spider": Source(
+        task="spider",
+        origin=ArchiveSource(
+            # The authors' spider_data.zip (Google Drive file 1403EGqzIDoHMdQF4c9Bkyl7dZLZ5Wt6J, ~200 MB);
+            # `confirm=t` skips the page Drive shows before files too large to virus-scan.
+            url="https://drive.usercontent.google.com/download?id=1403EGqzIDoHMdQF4c9Bkyl7dZLZ5Wt6J&export=download&confirm=t",
+            top="spider_data",
+            keep=("dev.json", "dev_gold.sql", "tables.json", "database/*"),
+            page="https://yale-lily.github.io/spider",
+        ),
+        license="CC BY-SA 4.0",
+        cite="Yu et al., Spider, EMNLP 2018",
+    ),
+}
+
+
+def get_source(task: str) -> Source:
+    source = SOURCES.get(task.replace("-", "_"))
+    if source is None:
+        raise ValueError(f"no official source known for {task!r}; choose one of {', '.join(sorted(SOURCES))}")
+    return source
