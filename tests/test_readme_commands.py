@@ -7,6 +7,7 @@ README writes `tasks.jsonl` for a file the reader has); every `python` block mus
 from __future__ import annotations
 
 import ast
+import json
 import re
 import shlex
 from pathlib import Path
@@ -124,3 +125,35 @@ def test_the_adapters_pins_work_as_constraints() -> None:
     requirements = [Requirement(line) for line in lines if line]
     assert requirements and all(not r.extras for r in requirements), [str(r) for r in requirements if r.extras]
     assert all(str(r.specifier).startswith("==") for r in requirements)
+
+
+def shown_task_keys(text: str) -> set[str]:
+    """Keys of the example tasks a README shows: inline `{...}` JSON objects (one task input each)."""
+    keys: set[str] = set()
+    for match in re.finditer(r"`(\{[^`]*\})`", FENCE.sub("", text)):
+        try:
+            value = json.loads(match.group(1))
+        except json.JSONDecodeError:
+            continue
+        if isinstance(value, dict):
+            keys |= set(value)
+    return keys
+
+
+ADAPTER_READMES = sorted(REPO.glob("packages/*-adapter/README.md"))
+
+
+@pytest.mark.parametrize("readme", ADAPTER_READMES, ids=lambda p: p.parent.name)
+def test_every_task_key_a_rollout_snippet_reads_is_in_an_example_task_of_its_readme(readme: Path) -> None:
+    text = readme.read_text()
+    read = {
+        key
+        for kind, block in ((m.group(1), m.group(2)) for m in FENCE.finditer(text))
+        if kind in ("diff", "python")
+        for key in re.findall(r"""task\[["'](\w+)["']\]""", block)
+    }
+    assert read, f"{readme}: no rollout snippet reads a task key"
+    missing = read - shown_task_keys(text)
+    assert not missing, (
+        f"{readme.relative_to(REPO)}: snippets read task keys {sorted(missing)} that no example task shows"
+    )
