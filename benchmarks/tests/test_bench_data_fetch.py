@@ -287,7 +287,9 @@ def test_a_bad_spider_archive_is_refused_and_nothing_is_left(tmp_path: Path, mak
 def test_a_web_page_in_place_of_the_archive_says_how_to_download_it_by_hand(tmp_path: Path) -> None:
     with FakeHub() as hub:
         hub.files["/download"] = (b"<html>sign in</html>", "text/html; charset=utf-8")
-        with pytest.raises(FetchError, match=r"answered a web page, not the archive; download spider_data\.zip by hand"):
+        with pytest.raises(
+            FetchError, match=r"answered a web page, not the archive; download spider_data\.zip by hand"
+        ):
             fetch("spider", into=tmp_path / "bench", archive=f"{hub.url}/download", progress=lambda _: None)
 
 
