@@ -114,7 +114,7 @@ def test_dense_retrieval_through_an_embeddings_endpoint(tmp_path: Path) -> None:
         assert retriever.search("zebra", 3) == [] and retriever.search("  ", 3) == []
 
         cached = embeddings_path(corpus, "hash/bow-256")
-        assert cached.is_file() and cached.is_relative_to(tmp_path / "cache" / "bench" / "musique")
+        assert cached.is_file() and cached.is_relative_to(tmp_path / "cache" / "derived" / "musique")
         # a new process (emulated: the in-memory cache cleared) reads the corpus embeddings from disk
         clear_cache()
         before = len(server.requests)
