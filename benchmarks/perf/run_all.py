@@ -12,6 +12,7 @@ import bench_dashboard
 import bench_e2e
 import bench_engine
 import bench_import
+import bench_memory
 import bench_proxy
 import bench_spans
 import bench_train_step
@@ -27,6 +28,7 @@ def main() -> None:
         "dashboard at 100k": bench_dashboard.main(),
         "engine throughput": bench_engine.main(),
         "GRPO step vs TRL": bench_train_step.main(),
+        "main job memory": bench_memory.main([]),
     }
     print("\n== summary")
     for name, rows in results.items():

@@ -65,3 +65,31 @@ def test_bad_requests_are_refused_with_the_reason(engine: Engine) -> None:
         engine.submit(GenerationRequest([1] * (engine.max_context + 1)))
     with pytest.raises(ValueError, match="max_tokens"):
         engine.submit(GenerationRequest([1, 2], max_tokens=0))
+
+
+def test_the_prefix_cache_is_bounded_by_bytes_and_still_exact(engine: Engine) -> None:
+    """Entries are sized by their keys/values; past `max_bytes` the least recently used go, and a cache too
+    small for any entry keeps none. Answers do not depend on what the cache holds."""
+    from agl_trainer.engine import cache_bytes
+
+    requests = [GenerationRequest(prompt_ids(engine.tokenizer, q), max_tokens=6, temperature=0) for q in QUESTIONS]
+    cache = engine.prefix_cache
+    cache.clear()
+    unbounded = [r.token_ids for r in engine.generate_many(requests)]
+    assert cache.entries, "the shared beginning is cached"
+    one = next(iter(cache.entries.values()))[1]
+    assert cache.bytes == sum(size for _, size in cache.entries.values()) > 0
+    assert cache_bytes(next(iter(cache.entries.values()))[0]) == one
+    try:
+        cache.clear()
+        cache.max_bytes = one - 1  # smaller than any entry: nothing is kept
+        assert [r.token_ids for r in engine.generate_many(requests)] == unbounded
+        assert not cache.entries and cache.bytes == 0
+        cache.max_bytes = one  # room for exactly the shared beginning
+        assert [r.token_ids for r in engine.generate_many(requests)] == unbounded
+        assert len(cache.entries) == 1 and cache.bytes == one
+        cache.put("other", [1, 2, 3], next(iter(cache.entries.values()))[0])  # the newest pushes the oldest out
+        assert list(cache.entries) == [("other", (1, 2, 3))] and cache.bytes == one
+    finally:
+        cache.max_bytes = 256 * 2**20
+        cache.clear()

@@ -90,7 +90,7 @@ def test_zero_advantages_do_not_step(tiny_model_dir: Path) -> None:
 
 def test_micro_batches_accumulate_to_the_same_update(tiny_model_dir: Path) -> None:
     results = []
-    for budget in (100_000, 40):  # one pass, or one transition per pass
+    for budget in (100_000, 1):  # one pass, or one transition per pass
         policy, engine = fresh_policy(tiny_model_dir, micro_batch_tokens=budget)
         try:
             batch = [
@@ -112,6 +112,48 @@ def test_micro_batches_accumulate_to_the_same_update(tiny_model_dir: Path) -> No
     assert one == 1 and many == 3
     for name in a:
         assert torch.allclose(a[name], b[name], atol=1e-5), name
+
+
+@pytest.mark.parametrize("kl_coef", [0.0, 0.1])
+def test_the_prefix_run_once_per_update_gives_the_update_of_whole_sequences(
+    tiny_model_dir: Path, monkeypatch: pytest.MonkeyPatch, kl_coef: float
+) -> None:
+    """The shared prompt beginning, run once with its gradients gathered over the micro-batches, changes nothing:
+    against running every sequence whole (no prefix shared anywhere), the same log-probs and the same weights."""
+    import agl_trainer.packing
+    import agl_trainer.policy
+
+    results = []
+    for share in (True, False):
+        if not share:
+            monkeypatch.setattr(agl_trainer.policy, "shared_prefix_ids", lambda transitions: [])
+            monkeypatch.setattr(agl_trainer.packing, "MIN_SHARED_PREFIX", 10**9)
+        policy, engine = fresh_policy(tiny_model_dir, micro_batch_tokens=1, kl_coef=kl_coef)
+        try:
+            batch = [
+                sample(engine, q, seed, advantage=a)
+                for seed, (q, a) in enumerate([("Hi", 1.0), ("What is a dog?", -0.5), ("Count to three.", 2.0)])
+            ]
+            if share:
+                assert len(agl_trainer.policy.shared_prefix_ids(batch)) >= agl_trainer.packing.MIN_SHARED_PREFIX
+            logprobs = policy.logprobs(batch)
+            policy.update(batch)
+            weights = {n: p.detach().clone() for n, p in policy.model.named_parameters() if p.requires_grad}
+            results.append((logprobs, weights))
+        finally:
+            engine.close()
+    (lp_shared, shared), (lp_whole, whole) = results
+    for a, b in zip(lp_shared, lp_whole, strict=True):
+        assert a == pytest.approx(b, abs=1e-5)
+    for name in shared:
+        assert torch.allclose(shared[name], whole[name], atol=1e-5), name
+    assert any(not torch.equal(shared[n], fresh) for n, fresh in _initial_lora(tiny_model_dir).items())
+
+
+def _initial_lora(tiny_model_dir: Path) -> dict[str, torch.Tensor]:
+    policy, engine = fresh_policy(tiny_model_dir)
+    engine.close()
+    return {n: p.detach().clone() for n, p in policy.model.named_parameters() if p.requires_grad}
 
 
 def test_kl_to_the_base_model_and_checkpoints(tiny_model_dir: Path, tmp_path: Path) -> None:

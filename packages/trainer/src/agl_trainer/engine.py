@@ -10,7 +10,9 @@ are not trained are served by it.
 Prefix caching: agents send the same long beginning (system prompt, tool descriptions, examples) with every
 call, and on a CPU the prompt's forward pass costs more than the decoding. The key/value cache of the longest
 prefix shared by a batch is computed once, kept (a few entries, least recently used first out) and reused by
-later batches that share any part of it; it is dropped whenever the weights change (`weights_changed`).
+later batches that share any part of it; it is dropped whenever the weights change (`weights_changed`). It is
+bounded by bytes (`PREFIX_CACHE_BYTES`, least recently used out first), not by entries: an entry's size follows
+its prefix's length, which one agent's prompt can make large.
 
 What a result holds, exactly: `token_ids` are the ids the model generated, up to and including the token that
 ended the sequence (EOS, or the one that completed a stop string); `logprobs` are the log-probs of those ids
@@ -75,12 +77,22 @@ class _Job:
     stop_at_text: int | None = None  # where a stop string began in the decoded text
 
 
-class _PrefixCache:
-    """Key/value caches of token prefixes (batch size 1), per adapter, least recently used first out."""
+PREFIX_CACHE_BYTES = 256 * 2**20
 
-    def __init__(self, size: int = 8) -> None:
-        self.size = size
-        self.entries: OrderedDict[tuple[str | None, tuple[int, ...]], Any] = OrderedDict()
+
+def cache_bytes(past: Any) -> int:
+    """The bytes of a key/value cache's tensors."""
+    return sum(int(t.nbytes) for layer in past.layers for t in (layer.keys, layer.values) if t is not None)
+
+
+class _PrefixCache:
+    """Key/value caches of token prefixes (batch size 1), per adapter, least recently used first out, within
+    `max_bytes` in all."""
+
+    def __init__(self, max_bytes: int = PREFIX_CACHE_BYTES) -> None:
+        self.max_bytes = max_bytes
+        self.entries: OrderedDict[tuple[str | None, tuple[int, ...]], tuple[Any, int]] = OrderedDict()
+        self.bytes = 0
         self.hits = 0
         self.reused_tokens = 0
 
@@ -95,7 +107,7 @@ class _PrefixCache:
         if best_key is None:
             return None, 0
         self.entries.move_to_end(best_key)
-        past = copy.deepcopy(self.entries[best_key])
+        past = copy.deepcopy(self.entries[best_key][0])
         if best_len < len(best_key[1]):
             past.crop(best_len - len(best_key[1]))  # a negative count: drop that many tokens from the end
         self.hits += 1
@@ -103,12 +115,20 @@ class _PrefixCache:
         return past, best_len
 
     def put(self, adapter: str | None, tokens: Sequence[int], past: Any) -> None:
-        self.entries[(adapter, tuple(tokens))] = copy.deepcopy(past)
-        while len(self.entries) > self.size:
-            self.entries.popitem(last=False)
+        size = cache_bytes(past)
+        if size > self.max_bytes:
+            return  # larger than the whole cache: kept by nobody
+        key = (adapter, tuple(tokens))
+        if key in self.entries:
+            self.bytes -= self.entries.pop(key)[1]
+        self.entries[key] = (copy.deepcopy(past), size)
+        self.bytes += size
+        while self.bytes > self.max_bytes:
+            self.bytes -= self.entries.popitem(last=False)[1][1]
 
     def clear(self) -> None:
         self.entries.clear()
+        self.bytes = 0
 
 
 class Engine:

@@ -45,6 +45,7 @@ from agl_trainer.backends import InferenceBackend, PolicyBackend
 from agl_trainer.colocation import Colocation, publish_first_weights, update_and_publish
 from agl_trainer.config import TrainConfig as TrainConfig  # re-exported: the run and its config, together
 from agl_trainer.engine import BASE_MODEL, Engine
+from agl_trainer.memory import give_back, peak_resident_bytes, resident_bytes
 from agl_trainer.metrics import MetricsLog
 from agl_trainer.models import load_model, pick_device, resolve_model
 from agl_trainer.plan.build import RunPlan
@@ -356,6 +357,9 @@ class TrainingRun:
             self._tasks_for_step(step), n=cfg.group_size, mode="train", step=step, label=f"step {step + 1}/{cfg.steps}"
         )
         t_rollouts = time.monotonic() - t_start
+        cache = getattr(self.inference, "prefix_cache", None)
+        prefix_cache_mb = (cache.bytes if cache is not None else 0) / 2**20  # as the rollouts left it
+        give_back()  # what generation freed, before the update allocates
         trainable = self._trainable(rollouts)
         llm_use = llm_call_counts(trainable)
         if trainable and llm_use["rollouts_only_bypassing"] == len(trainable):
@@ -384,6 +388,7 @@ class TrainingRun:
                 cast(Any, self.policy), self.inference, transitions, self.sharing, after_update=self._sync_engine
             )
         t_update = time.monotonic() - t_update
+        give_back()  # the update's freed activations go back to the system, not into glibc's heaps
         self._write_transitions(step, transitions)
         self._publish(step + 1)
         statuses = Counter(r.status.value for r in rollouts)
@@ -411,6 +416,8 @@ class TrainingRun:
             "rollout_s": t_rollouts,
             "update_s": t_update,
             **resource_fields(generated, t_rollouts),
+            **self._memory_fields(),
+            "prefix_cache_mb": prefix_cache_mb,
             "elapsed_min": (time.monotonic() - self.t0) / 60,
         }
         self.metrics.write(row)
@@ -419,7 +426,8 @@ class TrainingRun:
             f"step {step + 1:>3}/{cfg.steps}  reward {row['reward_mean']:.3f}  success {row['success_rate']:.2f}  "
             f"transitions {len(transitions)}  failed {row['failed']}  dropped {dropped}  "
             f"grad norm {update.grad_norm:.3f}  trained on {update.transitions - update.skipped_zero_advantage}  "
-            f"rollouts {t_rollouts:.0f}s update {t_update:.0f}s"
+            f"rollouts {t_rollouts:.0f}s update {t_update:.0f}s  memory {row['rss_gb']:.1f} GB "
+            f"(peak {row['peak_rss_gb']:.1f}, prefix cache {row['prefix_cache_mb']:.0f} MB)"
             + (f"  tasks with one rollout {credit.single_rollout_groups}" if credit.single_rollout_groups else "")
             + (f"  log-probs recomputed {update.recomputed_logprobs}" if update.recomputed_logprobs else "")
             + (f"  ⚠ agent name lost {build.missed_attribution}" if build.missed_attribution else "")
@@ -437,6 +445,15 @@ class TrainingRun:
         if dropped or build.missed_attribution:
             self.console.print(f"          {build.summary()}", style="dim")
         return row
+
+    def _memory_fields(self) -> dict[str, float]:
+        """This process's resident memory now and at its peak, and the engine's prefix cache (bounded by bytes)."""
+        cache = getattr(self.inference, "prefix_cache", None)
+        return {
+            "rss_gb": resident_bytes() / 2**30,
+            "peak_rss_gb": peak_resident_bytes() / 2**30,
+            "prefix_cache_mb": (cache.bytes if cache is not None else 0) / 2**20,  # what the engine holds now
+        }
 
     def _write_transitions(self, step: int, transitions: Sequence[Any]) -> None:
         """What credit assignment gave each transition of the step, for inspection (and tests)."""
@@ -465,6 +482,7 @@ class TrainingRun:
     def _evaluate(self, step: int) -> float:
         cfg = self.config
         rollouts = self._run_rollouts(cfg.eval_tasks, n=1, mode="eval", step=step, label=f"eval @ {step}")
+        give_back()
         finals = [r.final_reward for r in rollouts]
         correct = sum(1 for v in finals if v is not None and v >= cfg.success_threshold)
         accuracy = correct / len(rollouts)
@@ -477,6 +495,7 @@ class TrainingRun:
                 "reward_mean": _mean([v for v in finals if v is not None]),
                 "failed": sum(r.status.value == "failed" for r in rollouts),
                 "no_reward": sum(v is None for v in finals),
+                **self._memory_fields(),
                 "elapsed_min": (time.monotonic() - self.t0) / 60,
             }
         )

@@ -13,8 +13,14 @@ temperature, in π_θ, π_old and π_ref alike (as verl does), so the samples co
 k3 is the usual low-variance KL estimator exp(d) − d − 1 with d = log π_ref − log π_θ; the reference is the base
 model (the LoRA adapter switched off), so it costs no extra copy. With β > 0, transitions whose advantage is 0
 are still trained: their KL term pulls them towards the reference. Sequences are left-padded so every response
-ends in the last column, and the vocabulary projection runs only over the response columns. The prompt
-beginning a micro-batch shares (an agent's system prompt, tools and examples) is computed once per pass.
+ends in the last column, and the vocabulary projection runs only over the response columns.
+
+Memory. The prompt beginning that a policy's transitions share (an agent's system prompt, tools and examples:
+most of each sequence) is run once per update, not once per micro-batch: its keys and values become leaves that
+every micro-batch reads, their gradients add up over the micro-batches, and one backward pass through the prefix
+at the end sends them on (exact: the same sum of gradients). A micro-batch then holds only each sequence's own
+tokens, so its memory follows those: `micro_batch_tokens` counts them, and on a CPU a micro-batch is also held to
+`CPU_UPDATE_BYTES` of estimated activations (the main job's update took 8.6 GB above the weights before).
 
 One policy per agent: with `agent_adapters` ({agent name: LoRA adapter name}) each agent's transitions train
 only its own adapter on the shared base model, with its own optimizer; the loss above is then normalised per
@@ -23,6 +29,7 @@ agent (Σ over that agent's transitions), so an agent that makes many calls does
 
 from __future__ import annotations
 
+import copy
 import math
 import re
 from collections import defaultdict
@@ -35,7 +42,80 @@ import torch
 
 from agl.transitions import Transition, concat_ids
 from agl_trainer.config import PolicyConfig as PolicyConfig  # re-exported beside the trainer it configures
-from agl_trainer.packing import pack
+from agl_trainer.memory import give_back
+from agl_trainer.packing import MIN_SHARED_PREFIX, common_prefix_len, pack
+
+# On a CPU a micro-batch is held to about this many bytes of what its backward pass keeps (see
+# `activation_bytes`); on CUDA the token budget alone decides, as the plan sizes it for the GPU.
+CPU_UPDATE_BYTES = 384 * 2**20
+
+
+def activation_bytes(config: Any, own_tokens: int, response_tokens: int, context: int) -> int:
+    """Rough bytes a micro-batch keeps for backward in fp32 (the plan's per-layer count, agl_trainer.plan.memory):
+    each own token's values per decoder layer, each response token's vocabulary-sized logits and their fp32
+    log-softmax and gradients, and the keys/values of the whole context every sequence attends to."""
+    hidden = int(config.hidden_size)
+    heads = int(config.num_attention_heads)
+    head_dim = int(getattr(config, "head_dim", None) or hidden // heads)
+    kv_heads = int(getattr(config, "num_key_value_heads", None) or heads)
+    layers = int(config.num_hidden_layers)
+    per_token = layers * (3 * hidden + 2 * heads * head_dim + 3 * int(config.intermediate_size)) * 4
+    logits = int(config.vocab_size) * 16
+    kv = layers * 2 * kv_heads * head_dim * 4 * 2  # keys and values, and their gradients
+    return own_tokens * per_token + response_tokens * logits + context * kv
+
+
+@dataclass
+class SharedPrefix:
+    """The keys/values of a prompt beginning, run once; micro-batches read them through leaf tensors."""
+
+    ids: list[int]
+    past: Any  # the prefix pass's own cache object: its layer types (full, sliding window) are kept
+    leaves: list[torch.Tensor]  # per layer: keys, values (batch 1), each a leaf that gathers gradients
+    outputs: list[torch.Tensor] | None  # the same tensors as the prefix pass produced them (its graph)
+
+    @classmethod
+    def run(cls, model: Any, ids: list[int], device: Any, *, grad: bool) -> SharedPrefix:
+        x = torch.tensor([ids], dtype=torch.long, device=device)
+        positions = torch.arange(len(ids), device=device).unsqueeze(0)
+        with torch.set_grad_enabled(grad):
+            past = model(input_ids=x, position_ids=positions, use_cache=True, logits_to_keep=1).past_key_values
+        outputs = [t for layer in past.layers for t in (layer.keys, layer.values)]
+        if not grad:
+            return cls(ids, past, outputs, None)
+        return cls(ids, past, [t.detach().requires_grad_(True) for t in outputs], outputs)
+
+    def cache(self, n: int) -> Any:
+        """A key/value cache of the prefix for a batch of `n` (differentiable with respect to the leaves); the
+        prefix's own cache is never changed, so every micro-batch starts from the same one."""
+        cache = copy.copy(self.past)
+        cache.layers = []
+        for i, layer in enumerate(self.past.layers):
+            fresh = copy.copy(layer)
+            fresh.keys, fresh.values = self.leaves[2 * i], self.leaves[2 * i + 1]
+            cache.layers.append(fresh)
+        if n > 1:
+            cache.batch_repeat_interleave(n)
+        return cache
+
+    def backward(self) -> None:
+        """Send the gradients the micro-batches left on the leaves through the prefix pass, once."""
+        if self.outputs is None:
+            return
+        pairs = [(out, leaf.grad) for out, leaf in zip(self.outputs, self.leaves, strict=True) if leaf.grad is not None]
+        if pairs:
+            torch.autograd.backward([out for out, _ in pairs], [g for _, g in pairs])
+        self.outputs = None
+
+
+def shared_prefix_ids(transitions: Sequence[Transition]) -> list[int]:
+    """The prompt beginning every transition shares, leaving each at least one prompt token of its own (its logits
+    start the response); empty when too short to be worth running apart."""
+    first = transitions[0].prompt_ids
+    shared = min(len(t.prompt_ids) for t in transitions) - 1
+    for t in transitions[1:]:
+        shared = min(shared, common_prefix_len(first, t.prompt_ids))
+    return [int(i) for i in first[:shared]] if shared >= MIN_SHARED_PREFIX else []
 
 
 @dataclass
@@ -155,28 +235,44 @@ class PolicyTrainer:
 
     # ------------------------------------------------------------------------------------ batching
 
-    def _micro_batches(self, transitions: Sequence[Transition]) -> list[list[Transition]]:
+    def _micro_batches(self, transitions: Sequence[Transition], shared: int = 0) -> list[list[Transition]]:
+        """Transitions in passes of at most `micro_batch_tokens` own tokens (those after the `shared` prefix, padded
+        to the longest), on a CPU also of at most CPU_UPDATE_BYTES of estimated activations."""
         ordered = sorted(transitions, key=lambda t: t.n_tokens)  # similar lengths together: less padding
+        on_cpu = self.device.type == "cpu"
         batches: list[list[Transition]] = []
         current: list[Transition] = []
-        longest = 0
+        longest = longest_response = 0
         for t in ordered:
-            longest_if_added = max(longest, t.n_tokens)
-            if current and longest_if_added * (len(current) + 1) > self.config.micro_batch_tokens:
+            own = max(longest, t.n_tokens - shared)
+            response = max(longest_response, len(t.response_ids))
+            n = len(current) + 1
+            too_big = own * n > self.config.micro_batch_tokens or (
+                on_cpu
+                and activation_bytes(self.model.config, own * n, response * n, (own + shared) * n) > CPU_UPDATE_BYTES
+            )
+            if current and too_big:
                 batches.append(current)
-                current, longest_if_added = [], t.n_tokens
+                current, own, response = [], t.n_tokens - shared, len(t.response_ids)
             current.append(t)
-            longest = longest_if_added
+            longest, longest_response = own, response
         if current:
             batches.append(current)
         return batches
 
-    def _tensors(self, batch: Sequence[Transition]) -> dict[str, Any]:
+    def _tensors(self, batch: Sequence[Transition], prefix: SharedPrefix | None = None) -> dict[str, Any]:
         """The batch as [shared prefix][left padding][own prompt rest + response], responses ending in the
         last column. The prefix every sequence shares (the agent's system prompt, tools, examples) is run once
-        and its keys/values repeated for the batch; gradients still flow through it, so this is exact."""
+        and its keys/values repeated for the batch; gradients still flow through it, so this is exact. With
+        `prefix` (run once for the whole update) the batch is laid out after it, and shares nothing more."""
         seqs = [concat_ids(t.prompt_ids, t.response_ids) for t in batch]
-        packed = pack(seqs, prefix_limit=min(len(t.prompt_ids) for t in batch) - 1, pad_id=self.pad_id)
+        if prefix is not None:
+            packed = pack([s[len(prefix.ids) :] for s in seqs], prefix_limit=0, pad_id=self.pad_id)
+            shift = len(prefix.ids)
+            packed.positions = packed.positions + shift
+            packed.attention = torch.cat([torch.ones((len(seqs), shift), dtype=torch.long), packed.attention], dim=1)
+        else:
+            packed = pack(seqs, prefix_limit=min(len(t.prompt_ids) for t in batch) - 1, pad_id=self.pad_id)
         resp = max(len(t.response_ids) for t in batch)
         n = len(batch)
         mask = torch.zeros((n, resp), dtype=torch.float32)
@@ -200,11 +296,13 @@ class PolicyTrainer:
         out["prefix"] = torch.tensor([packed.prefix], dtype=torch.long, device=self.device) if packed.prefix else None
         return out
 
-    def _response_logprobs(self, model: Any, x: dict[str, Any]) -> torch.Tensor:
+    def _response_logprobs(self, model: Any, x: dict[str, Any], prefix: SharedPrefix | None = None) -> torch.Tensor:
         """log π(y_j) for the last `resp` columns: logits at column c predict the token at c + 1."""
         resp = x["mask"].shape[1]
         past = None
-        if x["prefix"] is not None:
+        if prefix is not None:
+            past = prefix.cache(x["ids"].shape[0])
+        elif x["prefix"] is not None:
             shared = x["prefix"].shape[1]
             positions = torch.arange(shared, device=self.device).unsqueeze(0)
             past = model(
@@ -241,9 +339,11 @@ class PolicyTrainer:
         out: dict[int, list[float]] = {}
         for adapter, group in self._by_adapter(transitions).items():
             self._activate(adapter)
-            for batch in self._micro_batches(group):
-                x = self._tensors(batch)
-                lp = self._response_logprobs(self.model, x)
+            ids = shared_prefix_ids(group)
+            prefix = SharedPrefix.run(self.model, ids, self.device, grad=False) if ids else None
+            for batch in self._micro_batches(group, len(ids)):
+                x = self._tensors(batch, prefix)
+                lp = self._response_logprobs(self.model, x, prefix)
                 for i, t in enumerate(batch):
                     out[id(t)] = lp[i, lp.shape[1] - len(t.response_ids) :].tolist()
         return [out[id(t)] for t in transitions]
@@ -293,9 +393,15 @@ class PolicyTrainer:
         cfg = self.config
         optimizer = self.optimizers[adapter]
         optimizer.zero_grad(set_to_none=True)
-        for batch in self._micro_batches(useful):
-            x = self._tensors(batch)
-            new = self._response_logprobs(self.model, x)
+        ids = shared_prefix_ids(useful)
+        prefix = SharedPrefix.run(self.model, ids, self.device, grad=True) if ids else None
+        reference: SharedPrefix | None = None  # the base model's prefix, for the KL term
+        if prefix is not None and cfg.kl_coef > 0:
+            with self.model.disable_adapter():
+                reference = SharedPrefix.run(self.model, ids, self.device, grad=False)
+        for batch in self._micro_batches(useful, len(ids)):
+            x = self._tensors(batch, prefix)
+            new = self._response_logprobs(self.model, x, prefix)
             mask = x["mask"]
             advantages = torch.tensor([t.advantage for t in batch], device=self.device).unsqueeze(1)
             weights = torch.tensor([t.weight for t in batch], device=self.device) / total_weight
@@ -307,7 +413,7 @@ class PolicyTrainer:
             kl = torch.zeros_like(per_token)
             if cfg.kl_coef > 0:
                 with torch.no_grad(), self.model.disable_adapter():
-                    ref = self._response_logprobs(self.model, x)
+                    ref = self._response_logprobs(self.model, x, reference)
                 d = ref - new
                 kl = torch.exp(d) - d - 1
                 per_token = per_token + cfg.kl_coef * kl
@@ -328,6 +434,10 @@ class PolicyTrainer:
                 sums["ratio"] += float((ratio * mask).sum())
                 sums["tokens"] += n_tok
             stats.micro_batches += 1
+            if self.device.type == "cpu":
+                give_back()  # this micro-batch's freed activations, before the next one allocates its own
+        if prefix is not None:
+            prefix.backward()
         grad_norm = float(torch.nn.utils.clip_grad_norm_(self.params[adapter], cfg.max_grad_norm))
         optimizer.step()
         optimizer.zero_grad(set_to_none=True)
