@@ -197,5 +197,10 @@ def main(n_tasks: int = 250, repeats: int = 3) -> dict[str, Any]:
     return rows
 
 
+def smoke() -> None:
+    """`make bench-smoke`: that this script runs, at a small size (the numbers are not judged)."""
+    main(n_tasks=10, repeats=1)
+
+
 if __name__ == "__main__":
     main()

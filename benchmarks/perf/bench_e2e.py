@@ -78,5 +78,10 @@ def main(n: int = 1000, processes: int = 4, concurrency: int = 16) -> dict[str, 
     return rows
 
 
+def smoke() -> None:
+    """`make bench-smoke`: that this script runs, at a small size (the numbers are not judged)."""
+    main(n=20, processes=1, concurrency=4)
+
+
 if __name__ == "__main__":
     main()

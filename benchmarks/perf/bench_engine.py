@@ -68,5 +68,10 @@ def main(max_tokens: int = 48, repeats: int = 3) -> dict[str, Any]:
     return rows
 
 
+def smoke() -> None:
+    """`make bench-smoke`: that this script runs, at a small size (the numbers are not judged)."""
+    main(max_tokens=4, repeats=1)
+
+
 if __name__ == "__main__":
     main()

@@ -52,5 +52,10 @@ def main(repeats: int = 7) -> dict[str, float]:
     return rows
 
 
+def smoke() -> None:
+    """`make bench-smoke`: that this script runs, at a small size (the numbers are not judged)."""
+    main(repeats=1)
+
+
 if __name__ == "__main__":
     main()

@@ -126,5 +126,10 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     return rows
 
 
+def smoke() -> None:
+    """`make bench-smoke`: that this script runs, at a small size (the numbers are not judged)."""
+    main(["--steps", "1", "--eval-limit", "4"])
+
+
 if __name__ == "__main__":
     main()

@@ -89,5 +89,10 @@ def main(n: int = 200, rounds: int = 5) -> dict[str, Any]:
     return rows
 
 
+def smoke() -> None:
+    """`make bench-smoke`: that this script runs, at a small size (the numbers are not judged)."""
+    main(n=20, rounds=1)
+
+
 if __name__ == "__main__":
     main()

@@ -137,14 +137,16 @@ def huge_header(addr: tuple[str, int], megabytes: int) -> str:
             return type(exc).__name__
 
 
-def attack_header(src: str | None) -> dict[str, Any]:
+def attack_header(src: str | None, big_mb: int = 256, small_mb: int = 48) -> dict[str, Any]:
     with serve(src) as server, Probe(server.url) as probe:
         before = server.peak_rss_mb()
         t0 = time.monotonic()
-        one = huge_header(server.addr, 256)
+        one = huge_header(server.addr, big_mb)
         one_s = time.monotonic() - t0
         answers: list[str] = []
-        threads = [threading.Thread(target=lambda: answers.append(huge_header(server.addr, 48))) for _ in range(4)]
+        threads = [
+            threading.Thread(target=lambda: answers.append(huge_header(server.addr, small_mb))) for _ in range(4)
+        ]
         for t in threads:
             t.start()
         for t in threads:
@@ -160,11 +162,11 @@ def attack_header(src: str | None) -> dict[str, Any]:
     }
 
 
-def attack_slowloris(src: str | None) -> dict[str, Any]:
+def attack_slowloris(src: str | None, connections: int = 1100) -> dict[str, Any]:
     with serve(src, fd_limit=1024) as server:
         stalled: list[socket.socket] = []
         refused = 0
-        for _ in range(1100):
+        for _ in range(connections):
             try:
                 sock = socket.create_connection(server.addr, timeout=5)
                 sock.sendall(b"GET /api/v1/info HTTP/1.1\r\nhost: loc")
@@ -276,6 +278,14 @@ def attack_proxy(src: str | None, calls: int = 3000, attempts: int = 100) -> dic
     finally:
         proc.terminate()
         proc.wait(10)
+
+
+def smoke() -> None:
+    """`make bench-smoke`: that every attack still runs, each at a small size (the numbers are not judged)."""
+    report("server_attack_header_smoke", attack_header(None, big_mb=2, small_mb=1))
+    report("server_attack_slowloris_smoke", attack_slowloris(None, connections=40))
+    report("server_attack_otlp_smoke", attack_otlp(None, 1_000))
+    report("server_attack_proxy_smoke", attack_proxy(None, calls=40, attempts=10))
 
 
 def main() -> None:

@@ -183,5 +183,12 @@ def main() -> dict[str, Any]:
     return rows
 
 
+def smoke() -> None:
+    """`make bench-smoke`: that this script runs, at a small size (the numbers are not judged)."""
+    global PROMPTS, GROUP, MAX_NEW
+    PROMPTS, GROUP, MAX_NEW = 2, 2, 8  # read by batch(), agl_steps() and trl_steps() when they run
+    main()
+
+
 if __name__ == "__main__":
     main()

@@ -110,5 +110,11 @@ def main() -> None:
         )
 
 
+def smoke() -> None:
+    """`make bench-smoke`: that this script runs, at a small size (the numbers are not judged)."""
+    row = compare(256, False, False)
+    print(f"256 tokens: measured {row['measured_gib']:.2f} GiB, estimated {row['estimated_gib']:.2f} GiB")
+
+
 if __name__ == "__main__":
     main()

@@ -161,6 +161,14 @@ def main(repeats: int = 2, only: tuple[str, ...] = tuple(SETUPS)) -> dict[str, A
     return rows
 
 
+def smoke() -> None:
+    """`make bench-smoke`: that this script runs, at a small size (the numbers are not judged)."""
+    rows = main(repeats=1, only=("embedded", "vllm"))
+    failed = {k: v for k, v in rows.items() if k.endswith(": failed")}
+    if failed:  # main() keeps going past a failed setup; a smoke run must not
+        raise RuntimeError(f"setups failed: {failed}")
+
+
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--repeats", type=int, default=2)
