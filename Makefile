@@ -90,14 +90,22 @@ lint: $(STAMP)
 typecheck: $(STAMP)
 	$(BIN)/mypy
 
-bench: $(STAMP)
-	$(BIN)/python -m pip install -q -r requirements-bench.txt
+# TRL, for the GRPO step comparison only, goes into a folder of its own (its dependencies are the trainer's, so
+# --no-deps): installed into .venv it breaks verl, which imports TRL's value-head model whenever TRL is there
+# (TRL 1.16 has none). bench_train_step.py alone puts this folder on its path.
+TRL_DIR   := .venv-trl
+TRL_STAMP := $(TRL_DIR)/.installed-stamp
+$(TRL_STAMP): requirements-bench.txt $(STAMP)
+	rm -rf $(TRL_DIR)
+	$(BIN)/python -m pip install -q --no-deps --target $(TRL_DIR) -r requirements-bench.txt
+	touch $@
+
+bench: $(STAMP) $(TRL_STAMP)
 	$(BIN)/python benchmarks/perf/run_all.py
 
 # Every script under benchmarks/perf/ at a small size: each must run to the end (CI runs it; numbers not judged).
-bench-smoke: $(STAMP) $(VLLM_STAMP)
-	$(BIN)/python -m pip install -q -r requirements-bench.txt
+bench-smoke: $(STAMP) $(VLLM_STAMP) $(TRL_STAMP)
 	$(BIN)/python benchmarks/perf/smoke.py
 
 clean:
-	rm -rf $(VENV) $(VLLM_VENV) .venv-newest runs
+	rm -rf $(VENV) $(VLLM_VENV) $(TRL_DIR) .venv-newest runs

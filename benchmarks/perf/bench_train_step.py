@@ -11,8 +11,10 @@ from __future__ import annotations
 
 import json
 import statistics
+import sys
 import tempfile
 import time
+from pathlib import Path
 from typing import Any
 
 from _common import report
@@ -111,7 +113,13 @@ def agl_steps(prompts: list[tuple[str, float]], steps: int = 2) -> list[dict[str
     return timings
 
 
+# Where `make bench` puts TRL: a folder of its own, since TRL in the trainer's environment breaks verl (Makefile)
+TRL_DIR = Path(__file__).resolve().parents[2] / ".venv-trl"
+
+
 def trl_steps(prompts: list[tuple[str, float]], steps: int = 2) -> list[float]:
+    if TRL_DIR.is_dir() and str(TRL_DIR) not in sys.path:
+        sys.path.append(str(TRL_DIR))  # after site-packages: only TRL itself comes from there
     from datasets import Dataset
     from transformers import TrainerCallback
     from trl import GRPOConfig, GRPOTrainer
