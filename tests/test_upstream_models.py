@@ -18,6 +18,7 @@ import pytest
 from agl.asgi import ThreadedServer
 from agl.client import API, Client
 from agl.processes import ServerProcess, start_server
+from agl.testing.upstream import read_body, respond_json
 
 
 def claim(server: ServerProcess) -> str:
@@ -49,12 +50,7 @@ class TwoModels:
     async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
         if scope["type"] != "http":
             return
-        body = b""
-        while True:
-            message = await receive()
-            body += message.get("body", b"")
-            if not message.get("more_body"):
-                break
+        body = await read_body(receive)
         if scope["path"].endswith("/models"):
             answer: Any = {"object": "list", "data": [{"id": "policy-a"}, {"id": "policy-b"}]}
         else:
@@ -67,9 +63,7 @@ class TwoModels:
                 "choices": [{"index": 0, "message": {"role": "assistant", "content": "ok"}, "finish_reason": "stop"}],
                 "usage": {"prompt_tokens": 1, "completion_tokens": 1, "total_tokens": 2},
             }
-        payload = orjson.dumps(answer)
-        await send({"type": "http.response.start", "status": 200, "headers": [(b"content-type", b"application/json")]})
-        await send({"type": "http.response.body", "body": payload})
+        await respond_json(send, 200, orjson.dumps(answer))
 
 
 @pytest.fixture

@@ -12,6 +12,7 @@ import orjson
 import torch
 
 from agl.asgi import ThreadedServer
+from agl.testing.upstream import read_body, respond_json
 
 
 class RecordingVllm:
@@ -34,12 +35,7 @@ class RecordingVllm:
     async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
         if scope["type"] != "http":
             return
-        body = b""
-        while True:
-            message = await receive()
-            body += message.get("body", b"")
-            if not message.get("more_body"):
-                break
+        body = await read_body(receive)
         method, path = scope["method"], scope["path"]
         query = scope.get("query_string", b"").decode()
         answer: Any = {}
@@ -60,9 +56,7 @@ class RecordingVllm:
                 answer = {"results": [None]}
             elif path == "/reset_prefix_cache":
                 answer = {"success": True}
-        payload = orjson.dumps(answer)
-        await send({"type": "http.response.start", "status": 200, "headers": [(b"content-type", b"application/json")]})
-        await send({"type": "http.response.body", "body": payload})
+        await respond_json(send, 200, orjson.dumps(answer))
 
     def __enter__(self) -> RecordingVllm:
         self._server.start()

@@ -257,26 +257,23 @@ class ScriptedUpstream:
         path, method = scope["path"].rstrip("/"), scope["method"]
         if path.endswith("/v1/models") and method == "GET":
             body = {"object": "list", "data": [{"id": self.model, "object": "model", "created": 0, "owned_by": "agl"}]}
-            await _respond(send, 200, orjson.dumps(body))
+            await respond_json(send, 200, orjson.dumps(body))
         elif path.endswith("/v1/chat/completions") and method == "POST":
             mode = next((v.decode() for k, v in scope["headers"] if k == HEADER_ROLLOUT_MODE.encode()), None)
             await self._chat(receive, send, mode)
         else:
-            await _respond(send, 404, _error_body(404, f"no route {method} {scope['path']}", "invalid_request_error"))
+            await respond_json(
+                send, 404, _error_body(404, f"no route {method} {scope['path']}", "invalid_request_error")
+            )
 
     async def _chat(self, receive: Receive, send: Send, mode: str | None = None) -> None:
         self.requests += 1
-        raw = bytearray()
-        while True:
-            event = await receive()
-            raw += event.get("body", b"")
-            if not event.get("more_body"):
-                break
+        raw = await read_body(receive)
         try:
-            request = _parse(bytes(raw), self.reject_unknown_params)
+            request = _parse(raw, self.reject_unknown_params)
             reply = _Reply(request)
         except BadRequest as exc:
-            await _respond(send, exc.status, _error_body(exc.status, str(exc), exc.type))
+            await respond_json(send, exc.status, _error_body(exc.status, str(exc), exc.type))
             return
         if self.delay_s:
             spread = self.delay_jitter
@@ -306,7 +303,7 @@ class ScriptedUpstream:
         if want_ids:
             choice["token_ids"] = reply.response_ids
             body["prompt_token_ids"] = reply.prompt_ids
-        await _respond(send, 200, orjson.dumps(body))
+        await respond_json(send, 200, orjson.dumps(body))
 
     async def _stream(
         self, send: Send, request: dict[str, Any], reply: _Reply, model: str, want_ids: bool, want_logprobs: bool
@@ -389,7 +386,18 @@ def _parse(raw: bytes, reject_unknown_params: bool) -> dict[str, Any]:
     return request
 
 
-async def _respond(send: Send, status: int, body: bytes) -> None:
+async def read_body(receive: Receive) -> bytes:
+    """The whole body of an ASGI request, however many messages it came in (for stand-in servers in tests)."""
+    raw = bytearray()
+    while True:
+        event = await receive()
+        raw += event.get("body", b"")
+        if not event.get("more_body"):
+            return bytes(raw)
+
+
+async def respond_json(send: Send, status: int, body: bytes) -> None:
+    """Send `body` (JSON text) as a whole ASGI response with `status`."""
     await send(
         {
             "type": "http.response.start",
