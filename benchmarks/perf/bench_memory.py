@@ -24,6 +24,8 @@ from typing import Any
 import psutil
 from _common import RESULTS_DIR, report
 
+from agl_trainer.memory import peak_resident_bytes
+
 GIB = 2**30
 
 
@@ -40,13 +42,6 @@ def role(proc: psutil.Process) -> str | None:
     return None
 
 
-def high_water(pid: int) -> int:
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith("VmHWM:"):
-            return int(line.split()[1]) * 1024
-    return 0
-
-
 class Sampler(threading.Thread):
     def __init__(self, trainer: psutil.Process, interval: float) -> None:
         super().__init__(daemon=True)
@@ -60,7 +55,7 @@ class Sampler(threading.Thread):
         while not self.stop.is_set():
             try:
                 rss = self.trainer.memory_info().rss
-                self.peaks["trainer"] = max(self.peaks["trainer"], high_water(self.trainer.pid), rss)
+                self.peaks["trainer"] = max(self.peaks["trainer"], peak_resident_bytes(self.trainer.pid), rss)
                 self.timeline.append((round(time.monotonic() - self.t0, 1), rss))
                 for child in self.trainer.children(recursive=True):
                     kind = role(child)
@@ -102,7 +97,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
             lines.append(line)
             print("  | " + line.rstrip(), flush=True)  # the run's own progress
             if "held-out accuracy" in line:
-                sampler.peaks["trainer"] = max(sampler.peaks["trainer"], high_water(proc.pid))
+                sampler.peaks["trainer"] = max(sampler.peaks["trainer"], peak_resident_bytes(proc.pid))
         code = proc.wait()
         sampler.stop.set()
         sampler.join()

@@ -16,6 +16,8 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
+from agl_trainer.models import cache_dir
+
 ENV_VAR = "AGL_BENCH_DATA"
 MANIFEST = "SOURCE.json"  # written by `agl bench data fetch` once a task's data is complete and checked
 
@@ -29,7 +31,7 @@ def fetch_root() -> Path:
     (`$AGL_CACHE_DIR`, default `~/.cache/agl`)."""
     if os.environ.get(ENV_VAR):
         return Path(os.environ[ENV_VAR]).expanduser()
-    return Path(os.environ.get("AGL_CACHE_DIR") or "~/.cache/agl").expanduser() / "bench"
+    return cache_dir() / "bench"
 
 
 def shared_root() -> Path | None:

@@ -123,19 +123,19 @@ def _fetch_hub(origin: HubSource, staging: Path, revision: str | None, progress:
 
 def _git_blob_sha1(path: Path) -> str:
     """The id git (and so the hub) gives a file not stored in LFS."""
-    digest = hashlib.sha1(f"blob {path.stat().st_size}\0".encode())
-    with path.open("rb") as f:
-        while chunk := f.read(_CHUNK):
-            digest.update(chunk)
-    return digest.hexdigest()
+    return _digest(path, hashlib.sha1(f"blob {path.stat().st_size}\0".encode()))
 
 
 def _sha256(path: Path) -> str:
-    digest = hashlib.sha256()
+    return _digest(path, hashlib.sha256())
+
+
+def _digest(path: Path, digest: Any) -> str:
+    """`digest` (a hashlib object, perhaps already fed a header) of the file's bytes, read in chunks."""
     with path.open("rb") as f:
         while chunk := f.read(_CHUNK):
             digest.update(chunk)
-    return digest.hexdigest()
+    return str(digest.hexdigest())
 
 
 # -------------------------------------------------------------------------------------------- the archive

@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from agl_bench.datasets import DataError, read_jsonl, require_keys, task_folder
+from agl_trainer.models import cache_dir as agl_cache_dir
 
 NAME = "musique"
 SPLITS = ("dev", "train")
@@ -39,7 +40,7 @@ _HOPS = re.compile(r"^(\d+)hop")
 def cache_dir() -> Path:
     """Where the benchmark keeps what it derives from the data (built corpora, dense embeddings)."""
     # Not under bench/musique/: that folder is what `agl bench data fetch musique` owns and replaces whole.
-    return Path(os.environ.get("AGL_CACHE_DIR") or Path.home() / ".cache" / "agl") / "derived" / NAME
+    return agl_cache_dir() / "derived" / NAME
 
 
 def passage_id(title: str, text: str) -> str:

@@ -357,8 +357,7 @@ class TrainingRun:
             self._tasks_for_step(step), n=cfg.group_size, mode="train", step=step, label=f"step {step + 1}/{cfg.steps}"
         )
         t_rollouts = time.monotonic() - t_start
-        cache = getattr(self.inference, "prefix_cache", None)
-        prefix_cache_mb = (cache.bytes if cache is not None else 0) / 2**20  # as the rollouts left it
+        prefix_cache_mb = self._prefix_cache_mb()  # as the rollouts left it: the update clears it
         give_back()  # what generation freed, before the update allocates
         trainable = self._trainable(rollouts)
         llm_use = llm_call_counts(trainable)
@@ -446,13 +445,17 @@ class TrainingRun:
             self.console.print(f"          {build.summary()}", style="dim")
         return row
 
-    def _memory_fields(self) -> dict[str, float]:
-        """This process's resident memory now and at its peak, and the engine's prefix cache (bounded by bytes)."""
+    def _prefix_cache_mb(self) -> float:
+        """What the embedded engine's prefix cache (bounded by bytes) holds now; 0 for other engines."""
         cache = getattr(self.inference, "prefix_cache", None)
+        return (cache.bytes if cache is not None else 0) / 2**20
+
+    def _memory_fields(self) -> dict[str, float]:
+        """This process's resident memory now and at its peak, and the engine's prefix cache."""
         return {
             "rss_gb": resident_bytes() / 2**30,
             "peak_rss_gb": peak_resident_bytes() / 2**30,
-            "prefix_cache_mb": (cache.bytes if cache is not None else 0) / 2**20,  # what the engine holds now
+            "prefix_cache_mb": self._prefix_cache_mb(),
         }
 
     def _write_transitions(self, step: int, transitions: Sequence[Any]) -> None:

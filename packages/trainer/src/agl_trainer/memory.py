@@ -45,10 +45,10 @@ def resident_bytes() -> int:
         return 0
 
 
-def peak_resident_bytes() -> int:
-    """This process's resident high-water mark (VmHWM), 0 where /proc is not there."""
+def peak_resident_bytes(pid: int | None = None) -> int:
+    """The resident high-water mark (VmHWM) of this process, or of `pid`; 0 where /proc has none."""
     try:
-        with open(f"/proc/{os.getpid()}/status") as f:
+        with open(f"/proc/{pid or os.getpid()}/status") as f:
             for line in f:
                 if line.startswith("VmHWM:"):
                     return int(line.split()[1]) * 1024

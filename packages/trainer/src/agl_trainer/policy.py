@@ -44,24 +44,20 @@ from agl.transitions import Transition, concat_ids
 from agl_trainer.config import PolicyConfig as PolicyConfig  # re-exported beside the trainer it configures
 from agl_trainer.memory import give_back
 from agl_trainer.packing import MIN_SHARED_PREFIX, common_prefix_len, pack
+from agl_trainer.plan.model_shape import ModelShape, shape_from_config
 
 # On a CPU a micro-batch is held to about this many bytes of what its backward pass keeps (see
 # `activation_bytes`); on CUDA the token budget alone decides, as the plan sizes it for the GPU.
 CPU_UPDATE_BYTES = 384 * 2**20
 
 
-def activation_bytes(config: Any, own_tokens: int, response_tokens: int, context: int) -> int:
+def activation_bytes(shape: ModelShape, own_tokens: int, response_tokens: int, context: int) -> int:
     """Rough bytes a micro-batch keeps for backward in fp32 (the plan's per-layer count, agl_trainer.plan.memory):
     each own token's values per decoder layer, each response token's vocabulary-sized logits and their fp32
     log-softmax and gradients, and the keys/values of the whole context every sequence attends to."""
-    hidden = int(config.hidden_size)
-    heads = int(config.num_attention_heads)
-    head_dim = int(getattr(config, "head_dim", None) or hidden // heads)
-    kv_heads = int(getattr(config, "num_key_value_heads", None) or heads)
-    layers = int(config.num_hidden_layers)
-    per_token = layers * (3 * hidden + 2 * heads * head_dim + 3 * int(config.intermediate_size)) * 4
-    logits = int(config.vocab_size) * 16
-    kv = layers * 2 * kv_heads * head_dim * 4 * 2  # keys and values, and their gradients
+    per_token = shape.layers * shape.layer_values_per_token * 4
+    logits = shape.vocab * 16
+    kv = shape.layers * 2 * shape.kv_dim * 4 * 2  # keys and values, and their gradients
     return own_tokens * per_token + response_tokens * logits + context * kv
 
 
@@ -190,6 +186,8 @@ class PolicyTrainer:
         self.config = config
         self.pad_id = pad_id
         self.device = next(model.parameters()).device
+        # on a CPU, what micro-batches are sized by besides their tokens (None elsewhere: the budget alone)
+        self.shape = shape_from_config(model.config.to_dict()) if self.device.type == "cpu" else None
         self.agent_adapters = dict(agent_adapters or {})
         if config.kl_coef > 0 and not config.lora:
             raise ValueError("kl_coef > 0 needs LoRA (the reference is the base model with the adapter off)")
@@ -239,7 +237,6 @@ class PolicyTrainer:
         """Transitions in passes of at most `micro_batch_tokens` own tokens (those after the `shared` prefix, padded
         to the longest), on a CPU also of at most CPU_UPDATE_BYTES of estimated activations."""
         ordered = sorted(transitions, key=lambda t: t.n_tokens)  # similar lengths together: less padding
-        on_cpu = self.device.type == "cpu"
         batches: list[list[Transition]] = []
         current: list[Transition] = []
         longest = longest_response = 0
@@ -248,8 +245,8 @@ class PolicyTrainer:
             response = max(longest_response, len(t.response_ids))
             n = len(current) + 1
             too_big = own * n > self.config.micro_batch_tokens or (
-                on_cpu
-                and activation_bytes(self.model.config, own * n, response * n, (own + shared) * n) > CPU_UPDATE_BYTES
+                self.shape is not None
+                and activation_bytes(self.shape, own * n, response * n, (own + shared) * n) > CPU_UPDATE_BYTES
             )
             if current and too_big:
                 batches.append(current)

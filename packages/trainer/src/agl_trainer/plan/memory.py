@@ -63,7 +63,7 @@ def update_memory(setup: UpdateSetup) -> dict[str, float]:
     gathered = (2 * s.layer_params + s.vocab * s.hidden) * c if setup.ranks > 1 else 0
     base = s.params * (c if setup.lora else 4) / setup.ranks
     q_dim = s.heads * s.head_dim
-    values = 3 * s.hidden + 2 * q_dim + 3 * s.intermediate  # what the layer's own operations need for backward
+    values = s.layer_values_per_token  # what the layer's own operations need for backward
     if not setup.lora:
         values += 2 * s.hidden + q_dim + s.intermediate  # trained projections also keep their inputs
     per_layer = setup.tokens * values * c

@@ -43,6 +43,12 @@ class ModelShape:
         return q + kv + o + bias + mlp + 2 * self.hidden
 
     @property
+    def layer_values_per_token(self) -> int:
+        """Values one decoder layer keeps per token for its own operations' backward (RMSNorm, rotary, attention
+        output, the MLP's gate and the two factors of its product; flash/sdpa attention keeps no seq² matrix)."""
+        return 3 * self.hidden + 2 * self.heads * self.head_dim + 3 * self.intermediate
+
+    @property
     def params(self) -> int:
         embeddings = self.vocab * self.hidden * (1 if self.tied_embeddings else 2)
         return embeddings + self.layers * self.layer_params + self.hidden
@@ -74,11 +80,15 @@ def read_shape(model_dir: str | Path) -> ModelShape:
     path = Path(model_dir) / "config.json"
     if not path.is_file():
         raise FileNotFoundError(f"{path} does not exist: --plan reads the model folder's config.json")
-    raw = json.loads(path.read_text())
+    return shape_from_config(json.loads(path.read_text()), where=str(path))
+
+
+def shape_from_config(raw: dict[str, Any], where: str = "the model's config") -> ModelShape:
+    """The shape a model's config (config.json's content, or a loaded model's `config.to_dict()`) describes."""
     config = raw.get("text_config") or raw  # multimodal wrappers keep the language model's sizes there
     missing = [k for k in ("hidden_size", "num_hidden_layers", "num_attention_heads", "vocab_size") if k not in config]
     if missing:
-        raise ValueError(f"{path} has no {', '.join(missing)}: not a decoder-only language model agl can plan for")
+        raise ValueError(f"{where} has no {', '.join(missing)}: not a decoder-only language model agl can plan for")
     hidden = int(config["hidden_size"])
     heads = int(config["num_attention_heads"])
     model_type = str(raw.get("model_type") or config.get("model_type") or "unknown")
