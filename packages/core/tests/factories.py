@@ -13,16 +13,19 @@ from agl.schema import (
     EnqueueRequest,
     LLMCall,
     Reward,
+    RewardIn,
     RewardSource,
     Rollout,
     RolloutDetail,
     RolloutStatus,
     Span,
+    SpanIn,
     SpanStatus,
     Task,
     TaskIn,
 )
 from agl.store import Store
+from agl.tracing import attributes as attr
 
 _ids = itertools.count()
 
@@ -233,3 +236,59 @@ def downgrade(db: Any, to: int) -> None:
             if added:
                 db.execute(f"ALTER TABLE {added.group(1)} DROP COLUMN {added.group(2)}")
     db.execute("UPDATE meta SET value=? WHERE key='schema_version'", (str(to),))
+
+
+def _tool_span(rollout_id: str, attempt_id: str, n: int, status: SpanStatus, after_seq: int) -> SpanIn:
+    return SpanIn(
+        trace_id=f"{n:032x}",
+        span_id=f"{n:016x}",
+        name="tool calculator",
+        start_time=100.0 + after_seq + 0.6,
+        end_time=100.0 + after_seq + 0.7,
+        attributes={attr.SPAN_KIND: "tool", attr.TOOL_NAME: "calculator", attr.AFTER_LLM_SEQ: after_seq},
+        status=status,
+        rollout_id=rollout_id,
+        attempt_id=attempt_id,
+        agent_name="solver",
+    )
+
+
+def fill_training_cases(store: Store) -> list[str]:
+    """Rollouts for the training read: two tasks × 2 rollouts, each retried once: the first attempt's calls, spans and rewards must not count.
+    Multi-turn chats (a prompt that extends the previous call), two agents, an unattributed call, a failed call,
+    a call without ids, and one rollout that failed for good."""
+    ids: list[str] = []
+    span_no = iter(range(1, 10_000))
+    for task in range(2):
+        rollouts = store.enqueue(EnqueueRequest(task=TaskIn(input={"q": task}), n=2, max_attempts=2)).result()
+        ids += [r.id for r in rollouts]
+        for first in store.claim("w", 2, 60).result():
+            a = first.attempt
+            store.add_llm_call(llm_call(first.rollout.id, a.id, 0, [1, 2, 3], [4, 5])).result()
+            store.add_spans([_tool_span(first.rollout.id, a.id, next(span_no), SpanStatus.error, 0)]).result()
+            store.add_rewards(
+                [RewardIn(rollout_id=first.rollout.id, attempt_id=a.id, value=9.0, after_llm_seq=0)]
+            ).result()
+            store.complete(a.id, "failed", error="boom").result()
+        for k, claim in enumerate(store.claim("w", 2, 60).result()):
+            rid, aid = claim.rollout.id, claim.attempt.id
+            prompt = [7, 8, 9, 10 + task]
+            calls = [
+                llm_call(rid, aid, 0, prompt, [20 + k, 21]),
+                llm_call(rid, aid, 1, [*prompt, 20 + k, 21, 30], [31 + k], agent_name="checker", agent_key="check"),
+                llm_call(rid, aid, 2, [*prompt, 20 + k, 21, 30, 31 + k, 40], [41, 42, 43]),
+                llm_call(rid, aid, 3, [5, 6], [7], agent_name=None, attribution=Attribution.unattributed),
+                llm_call(rid, aid, 4, [5, 6], [8], status="error", http_status=500, logprobs=None),
+                llm_call(rid, aid, 5, None, None, trainable=False, not_trainable_reason="the backend sent no ids"),
+            ]
+            if k == 1:
+                calls.append(llm_call(rid, aid, 6, [*prompt, 99], [100], response_message={"content": "12"}))
+            for c in calls:
+                store.add_llm_call(c).result()
+            store.add_spans([_tool_span(rid, aid, next(span_no), SpanStatus.error, 1)]).result()
+            store.add_rewards([RewardIn(rollout_id=rid, attempt_id=aid, value=0.25, name="ok", after_llm_seq=1)])
+            if task == 1 and k == 1:
+                store.complete(aid, "failed", error="for good").result()
+            else:
+                store.complete(aid, "succeeded", reward=float(k), after_llm_seq=len(calls) - 1).result()
+    return ids

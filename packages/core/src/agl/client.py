@@ -25,7 +25,9 @@ from agl.schema import (
     TaskIn,
 )
 from agl.tracing import attributes as attr
-from agl.trainable import TrainableRollout, from_wire
+from agl.trainable import TrainableRollout
+from agl.trainable_wire import BINARY_TYPE, JSON_TYPE
+from agl.trainable_wire import decode as decode_trainable
 
 API = "/api/v1"
 DEFAULT_SERVER = "http://127.0.0.1:8765"
@@ -171,8 +173,13 @@ class Client:
         requests; unknown ids are skipped."""
         out: list[TrainableRollout] = []
         for start in range(0, len(ids), 1000):
-            body = {"ids": list(ids[start : start + 1000])}
-            out += from_wire(self._request("POST", "/rollouts/trainable", body).content)
+            resp = self._http.post(
+                f"{API}/rollouts/trainable",
+                json={"ids": list(ids[start : start + 1000])},
+                headers={"accept": f"{BINARY_TYPE}, {JSON_TYPE};q=0.5"},
+            )
+            _raise_for(resp)
+            out += decode_trainable(resp.content, resp.headers.get("content-type"))
         return out
 
     def cancel(self, rollout_id: str) -> Rollout:

@@ -8,22 +8,20 @@ rollout, its task, and the spans, LLM calls and rewards of its final attempt —
 log-probs as packed `array`s from the store's BLOBs to the trainer's tensors.
 
 It reads like a `RolloutDetail` (the same attribute names, `TrainableCall` like `LLMCall`), so AIR rules and
-`agl.transitions` take either (`RolloutView`, `CallView`). Over HTTP it travels as JSON with the packed arrays
-in base64 (`to_wire` / `from_wire`): no token id is ever written as a JSON number.
+`agl.transitions` take either (`RolloutView`, `CallView`). Over HTTP it travels in binary or as JSON
+(agl.trainable_wire).
 """
 
 from __future__ import annotations
 
-import base64
 from array import array
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, Protocol, Self
 
 import orjson
-from pydantic import JsonValue, TypeAdapter
+from pydantic import JsonValue
 
-from agl.packed import array_bytes, floats_array, ids_array
 from agl.schema import Attribution, Reward, Rollout, Span, Task
 
 
@@ -185,78 +183,3 @@ def call_from_columns(
         logprobs,
         row[17],
     )
-
-
-# ----------------------------------------------------------------------------------------------- wire format
-
-_rollout = TypeAdapter(Rollout)
-_task = TypeAdapter(Task)
-_spans = TypeAdapter(list[Span])
-_rewards = TypeAdapter(list[Reward])
-
-
-def _b64(values: array[Any] | None) -> str | None:
-    return None if values is None else base64.b64encode(array_bytes(values)).decode("ascii")
-
-
-def _ids(text: str | None) -> array[int] | None:
-    return None if text is None else ids_array(base64.b64decode(text))
-
-
-def _floats(text: str | None) -> array[float] | None:
-    return None if text is None else floats_array(base64.b64decode(text))
-
-
-def to_wire(rollouts: Sequence[TrainableRollout]) -> bytes:
-    """JSON for HTTP: models as their JSON, each call's packed arrays as base64 of their little-endian bytes."""
-    return orjson.dumps(
-        [
-            {
-                "rollout": r.rollout.model_dump(mode="json"),
-                "task": r.task.model_dump(mode="json"),
-                "spans": [s.model_dump(mode="json") for s in r.spans],
-                "rewards": [w.model_dump(mode="json") for w in r.rewards],
-                "llm_calls": [
-                    [  # in CALL_COLUMNS order
-                        c.id,
-                        c.rollout_id,
-                        c.attempt_id,
-                        c.seq,
-                        c.agent_name,
-                        c.agent_key,
-                        c.attribution.value,
-                        c.status,
-                        c.trainable,
-                        c.not_trainable_reason,
-                        c.model_version,
-                        c.temperature,
-                        c.started_at,
-                        c.latency_s,
-                        _b64(c.prompt_ids),
-                        _b64(c.response_ids),
-                        _b64(c.logprobs),
-                        c.response_json,
-                    ]
-                    for c in r.llm_calls
-                ],
-            }
-            for r in rollouts
-        ]
-    )
-
-
-def from_wire(body: bytes | str) -> list[TrainableRollout]:
-    """The rollouts `to_wire` wrote (a server's answer: its models are validated again)."""
-    out: list[TrainableRollout] = []
-    for item in orjson.loads(body):
-        calls = [call_from_columns(row, _ids(row[14]), _ids(row[15]), _floats(row[16])) for row in item["llm_calls"]]
-        out.append(
-            TrainableRollout(
-                rollout=_rollout.validate_python(item["rollout"]),
-                task=_task.validate_python(item["task"]),
-                spans=_spans.validate_python(item["spans"]),
-                llm_calls=calls,
-                rewards=_rewards.validate_python(item["rewards"]),
-            )
-        )
-    return out

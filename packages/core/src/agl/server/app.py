@@ -61,7 +61,7 @@ from agl.server.otlp import DEFAULT_MAX_SPANS, TooManySpans, otlp_success_respon
 from agl.server.proxy import LLMProxy, UpstreamConfig, hung_up
 from agl.store import ConflictError, NotFoundError, Store, StoreUnavailable
 from agl.tracing import attributes as attr
-from agl.trainable import to_wire
+from agl.trainable_wire import encode as encode_trainable
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -337,11 +337,13 @@ class Server:
             return await run_in_threadpool(store.rollout_details, req.ids)
 
         @app.post(f"{API}/rollouts/trainable", tags=["rollouts"], response_class=Response)
-        async def trainable_rollouts(req: DetailsRequest) -> Response:
+        async def trainable_rollouts(req: DetailsRequest, request: Request) -> Response:
             """What training reads of many rollouts: each with the spans, LLM calls and rewards of its final
-            attempt, token ids and log-probs as base64 of packed little-endian int32 / float64 (agl.trainable)."""
+            attempt. Binary for a client whose `Accept` names `application/vnd.agl.trainable`, else JSON with
+            token ids and log-probs as base64 of packed little-endian int32 / float64 (agl.trainable_wire)."""
             found = await run_in_threadpool(store.trainable_rollouts, req.ids)
-            return Response(await run_in_threadpool(to_wire, found), media_type="application/json")
+            body, media_type = await run_in_threadpool(encode_trainable, found, request.headers.get("accept"))
+            return Response(body, media_type=media_type)
 
         @app.post(f"{API}/rollouts/{{rollout_id}}/cancel", tags=["rollouts"])
         async def cancel(rollout_id: str) -> Rollout:

@@ -21,17 +21,18 @@ from typing import Any
 
 import orjson
 
+from agl.call_packs import PACKED_CALL_COLUMNS, unpack_calls
 from agl.packed import BIG_ENDIAN, FLOAT64, INT32
 from agl.schema import Reward
-from agl.store.rows import ATTRIBUTIONS, REWARD_SOURCES, trusted
-from agl.store.schema import PROMPT_BASE_COLUMNS, REWARD_COLUMNS, columns
-from agl.trainable import CALL_COLUMNS, TrainableCall
+from agl.store.rows import REWARD_SOURCES, trusted
+from agl.store.schema import REWARD_COLUMNS, columns
+from agl.trainable import TrainableCall
 
 _ID_BYTES, _FLOAT_BYTES = 4, 8  # agl.packed's int32 and float64
 _BLOBS = ("prompt_ids", "response_ids", "logprobs")
-# the call columns a pack keeps: the training read's (agl.trainable), less the two ids the pack is keyed by and
-# the BLOBs, then how the prompt is stored; after them come the counts of the call's ids in the pack's BLOBs
-_CALL_COLUMNS = tuple(c for c in CALL_COLUMNS if c not in ("rollout_id", "attempt_id", *_BLOBS)) + PROMPT_BASE_COLUMNS
+# the call columns a pack keeps (agl.call_packs): the rows' columns up to the counts of the call's ids in the
+# pack's BLOBs, which are worked out from the BLOBs
+_CALL_COLUMNS = PACKED_CALL_COLUMNS[: PACKED_CALL_COLUMNS.index("n_prompt")]
 _SELECT_CALLS = f"SELECT {columns(_CALL_COLUMNS + _BLOBS)} FROM llm_calls WHERE attempt_id=? ORDER BY seq"
 _METADATA = REWARD_COLUMNS.index("metadata")
 _SELECT_REWARDS = (
@@ -88,79 +89,18 @@ def _whole(code: str, blob: bytes) -> array[Any]:
     return values
 
 
-def unpack_calls(rollout_id: str, attempt_id: str, calls: bytes, ids: bytes, logprobs: bytes) -> list[TrainableCall]:
-    """The pack's calls, in seq order, as the training read hands them on (prompts rebuilt whole). Each call's
-    arrays are slices of the pack's two: one conversion per BLOB, then block copies."""
-    out: list[TrainableCall] = []
-    all_ids, all_floats = _whole(INT32, ids), _whole(FLOAT64, logprobs)
-    at = fat = 0
-    heads: dict[int, array[int]] = {}  # seq → prompt + response of the calls stored whole
-    for c in orjson.loads(calls):
-        (
-            call_id,
-            seq,
-            agent_name,
-            agent_key,
-            attribution,
-            status,
-            trainable,
-            not_trainable_reason,
-            model_version,
-            temperature,
-            started_at,
-            latency_s,
-            response_json,
-            base_seq,
-            base_len,
-            n_prompt,
-            n_response,
-            n_logprobs,
-        ) = c
-        prompt = response = floats = None
-        start = at
-        if n_prompt is not None:
-            at += n_prompt
-            prompt = all_ids[start:at]
-        if n_response is not None:
-            response = all_ids[at : at + n_response]
-            at += n_response
-        if n_logprobs is not None:
-            floats = all_floats[fat : fat + n_logprobs]
-            fat += n_logprobs
-        if base_seq is None:
-            if prompt is not None:
-                heads[seq] = all_ids[start:at]
-        else:
-            head = heads.get(base_seq)
-            if head is None or prompt is None:
-                raise RuntimeError(
-                    f"the pack of attempt {attempt_id} stores LLM call {seq}'s prompt after call {base_seq}'s, which"
-                    " it does not hold whole: repack it"
-                )
-            prompt = head[:base_len] + prompt
-        out.append(
-            TrainableCall(
-                call_id,
-                rollout_id,
-                attempt_id,
-                seq,
-                agent_name,
-                agent_key,
-                ATTRIBUTIONS[attribution],
-                status,
-                trainable != 0,
-                not_trainable_reason,
-                model_version,
-                temperature,
-                started_at,
-                latency_s,
-                prompt,
-                response,
-                floats,
-                response_json,
-            )
-        )
-    return out
+def unpack_attempt(rollout_id: str, attempt_id: str, calls: bytes, ids: bytes, logprobs: bytes) -> list[TrainableCall]:
+    """The pack's calls, in seq order, as the training read hands them on (prompts rebuilt whole): one conversion
+    per BLOB, then block copies (agl.call_packs)."""
+    found, _, _ = unpack_calls(
+        rollout_id,
+        attempt_id,
+        orjson.loads(calls),
+        _whole(INT32, ids),
+        _whole(FLOAT64, logprobs),
+        where="the store's attempt pack",
+    )
+    return found
 
 
 def unpack_rewards(rewards: bytes) -> list[Reward]:

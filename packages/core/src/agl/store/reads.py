@@ -26,7 +26,7 @@ from agl.schema import (
     Task,
 )
 from agl.store import rows
-from agl.store.attempt_packs import unpack_calls, unpack_rewards
+from agl.store.attempt_packs import unpack_attempt, unpack_rewards
 from agl.store.errors import NotFoundError
 from agl.store.prompt_bases import PromptBases
 from agl.store.schema import (
@@ -247,7 +247,7 @@ def _trainable_chunk(conn: sqlite3.Connection, chunk: list[str]) -> list[Trainab
         ):
             parts[attempt_id] = (
                 [],
-                unpack_calls(rollout_id, attempt_id, calls, ids, logprobs),
+                unpack_attempt(rollout_id, attempt_id, calls, ids, logprobs),
                 unpack_rewards(rewards),
             )
         unpacked = {a: r.id for r in found.values() if (a := r.final_attempt_id) is not None and a not in parts}
