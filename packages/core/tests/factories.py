@@ -224,12 +224,14 @@ def llm_call(
 
 def downgrade(db: Any, to: int) -> None:
     """Make a store look as schema `to` left it: drop every column a later migration adds (read from the
-    migrations themselves, so a new one needs no change here) and set its version. Tables a migration creates
-    are the caller's to drop."""
+    migrations themselves, so a new one needs no change here) and the indexes made after them, and set its
+    version. Tables a migration creates are the caller's to drop."""
     import re
 
-    from agl.store.schema import MIGRATIONS, SCHEMA_VERSION
+    from agl.store.schema import INDEXES, MIGRATIONS, SCHEMA_VERSION
 
+    for name in re.findall(r"CREATE INDEX IF NOT EXISTS (\w+)", INDEXES):
+        db.execute(f"DROP INDEX {name}")
     for version in range(SCHEMA_VERSION - 1, to - 1, -1):
         for statement in reversed(MIGRATIONS[version]):
             added = re.match(r"ALTER TABLE (\w+) ADD COLUMN (\w+)", statement)

@@ -12,7 +12,7 @@ import pytest
 from factories import attempt, downgrade, llm_call
 
 from agl.store import Store
-from agl.store.prompt_bases import PromptBases
+from agl.store.prompt_bases import _BASE, PromptBases
 
 
 def _chat(rng: random.Random, turns: int) -> list[tuple[list[int], list[int]]]:
@@ -141,3 +141,22 @@ def test_a_read_that_missed_the_base_says_so() -> None:
     assert bases.whole("a", 1, b"\x03\x00\x00\x00", b"", 0, 2) == b"\x01\x00\x00\x00\x02\x00\x00\x00\x03\x00\x00\x00"
     with pytest.raises(RuntimeError, match="call 0's prompt, which this read did not meet first"):
         bases.whole("b", 1, b"\x03\x00\x00\x00", b"", 0, 2)  # another attempt: its call 0 was not read
+
+
+def test_an_attempt_of_many_calls_finds_its_base_in_one_step(store: Store) -> None:
+    """Hundreds of calls naming one base: each insert finds the latest call stored whole through the partial
+    index of such calls, never by walking back over the calls that name it (that made inserts O(calls))."""
+    rollout_id, attempt_id = attempt(store)
+    prompt = [5] * 40
+    for seq in range(300):
+        store.add_llm_call(llm_call(rollout_id, attempt_id, seq, prompt, [6])).result()
+    stored = _stored(store, attempt_id)
+    assert stored[0][2] is None and {base for _, _, base, _ in stored[1:]} == {0}
+    with sqlite3.connect(store.path) as conn:
+        plan = " ".join(row[3] for row in conn.execute(f"EXPLAIN QUERY PLAN {_BASE}", (attempt_id, 300)))
+        assert "USING INDEX llm_calls_bases" in plan, plan
+        # the index holds the one call stored whole, not the 299 that name it
+        assert conn.execute(
+            "SELECT count(*) FROM llm_calls INDEXED BY llm_calls_bases WHERE attempt_id=? AND prompt_base_seq IS NULL",
+            (attempt_id,),
+        ).fetchone() == (1,)

@@ -19,10 +19,11 @@ import sqlite3
 
 _ID_BYTES = 4  # an int32 id, as agl.packed stores them
 
-# the attempt's latest earlier call stored whole, with binary ids (the (attempt_id, seq) index walks back to it)
+# the attempt's latest earlier call stored whole, with binary ids: the partial index of calls stored whole
+# (agl.store.schema.INDEXES) steps over the calls that name a base
 _BASE = (
-    "SELECT seq, prompt_ids, response_ids FROM llm_calls WHERE attempt_id=? AND seq<? AND prompt_base_seq IS NULL"
-    " AND typeof(prompt_ids)='blob' ORDER BY seq DESC LIMIT 1"
+    "SELECT seq, prompt_ids, response_ids FROM llm_calls INDEXED BY llm_calls_bases WHERE attempt_id=? AND seq<?"
+    " AND prompt_base_seq IS NULL AND typeof(prompt_ids)='blob' ORDER BY seq DESC LIMIT 1"
 )
 
 

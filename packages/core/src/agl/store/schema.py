@@ -199,6 +199,15 @@ CREATE TABLE IF NOT EXISTS model_versions (
 """
 
 
+# Indexes on columns that migrations add, so created after them. Only indexes: a store that has them still opens
+# with the agl before them, which keeps them up to date without using them.
+INDEXES = """
+-- agl.store.prompt_bases: an attempt's latest call stored whole, found in one step however many calls name it
+-- as their base (walking back over them made each insert O(calls in the attempt))
+CREATE INDEX IF NOT EXISTS llm_calls_bases ON llm_calls(attempt_id, seq) WHERE prompt_base_seq IS NULL;
+"""
+
+
 def columns(names: tuple[str, ...], alias: str = "") -> str:
     """`a, b, c` (or `x.a, x.b, x.c`), for a SELECT that maps onto a model by position."""
     prefix = f"{alias}." if alias else ""
@@ -228,6 +237,7 @@ def migrate(conn: sqlite3.Connection, path: Path | str = "the store") -> None:
     row = conn.execute("SELECT value FROM meta WHERE key='schema_version'").fetchone()
     if row is None:
         conn.execute("INSERT INTO meta(key, value) VALUES ('schema_version', ?)", (str(SCHEMA_VERSION),))
+        conn.executescript(INDEXES)
         return
     found = int(row[0])
     if found > SCHEMA_VERSION:
@@ -245,3 +255,4 @@ def migrate(conn: sqlite3.Connection, path: Path | str = "the store") -> None:
             conn.execute("ROLLBACK")
             raise
         conn.execute("COMMIT")
+    conn.executescript(INDEXES)
