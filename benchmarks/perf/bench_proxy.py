@@ -1,15 +1,18 @@
 """Proxy overhead: the same chat completion sent to the scripted upstream directly and through `agl serve`.
 
-Targets: p50 added latency < 2 ms at concurrency 1; throughput through the proxy ≥ 95 % of direct at
-concurrency 32. Direct requests ask for `return_token_ids` and `logprobs` too, so the upstream does the same
-work either way. Direct and proxied rounds alternate, all in one run, so machine noise hits both alike.
+Targets (issue #30): p50 added latency < 1 ms at concurrency 1, with every answered call committed to the store
+before the agent sees its end; throughput through the proxy ≥ 97 % of direct at concurrency 16 and 32 with an
+upstream taking 10-30 ms. Direct requests ask for `return_token_ids` and `logprobs` too, so the upstream does
+the same work either way. Direct and proxied rounds alternate, all in one run, so machine noise hits both
+alike; each round is 1,000 calls over fresh keep-alive connections, long enough that opening them and the
+round's ragged end are a small part of it.
 
-Three upstreams: an instant one (answers in ~0.15 ms of CPU), which measures the proxy's own cost and its
+Four upstreams: an instant one (answers in ~0.06 ms of CPU), which measures the proxy's own cost and its
 ceiling; one whose answers all take 20 ms, which keeps the 32 clients in lock-step (a worst case: every burst
-of 32 calls queues in the proxy at once); and one taking 10-30 ms (uniform, seeded), the low end of real model
-calls, where the throughput target is read. Against an instant upstream on the same two cores, a proxy that
-receives, forwards, parses and stores each call cannot keep 95 % of a server that only answers: it does about
-three times the upstream's work per call.
+of 32 calls queues in the proxy at once); one taking 10-30 ms (uniform, seeded), the low end of real model
+calls, where the throughput target is read; and one taking 50-150 ms, to show how the ratio scales. Against an
+instant upstream on the same two cores, a proxy that receives, forwards, parses and stores each call cannot
+come near a server that only answers: it does several times the upstream's work per call.
 """
 
 from __future__ import annotations
@@ -57,13 +60,25 @@ async def compare(
 
 # (upstream delay s, its jitter, [(label, stream, concurrency)])
 SCENARIOS: list[tuple[float, float, list[tuple[str, bool, int]]]] = [
-    (0.0, 0.0, [("c=1", False, 1), ("c=1 stream", True, 1), ("c=32", False, 32)]),
+    (0.0, 0.0, [("c=1", False, 1), ("c=1 stream", True, 1), ("c=16", False, 16), ("c=32", False, 32)]),
     (0.02, 0.0, [("c=32, 20 ms upstream", False, 32)]),
-    (0.02, 0.5, [("c=32, 10-30 ms upstream", False, 32)]),
+    (
+        0.02,
+        0.5,
+        [
+            ("c=16, 10-30 ms upstream", False, 16),
+            ("c=32, 10-30 ms upstream", False, 32),
+            ("c=32 stream, 10-30 ms upstream", True, 32),
+        ],
+    ),
+    # how the ratio scales once the upstream takes longer (real model calls take far more than 30 ms)
+    (0.1, 0.5, [("c=32, 50-150 ms upstream", False, 32)]),
 ]
+TARGET_ADDED_P50_MS = 1.0  # at concurrency 1
+TARGET_RATIO = 0.97  # proxy/direct throughput at concurrency 16-32 with a 10-30 ms upstream
 
 
-def main(n: int = 200, rounds: int = 5) -> dict[str, Any]:
+def main(n: int = 1000, rounds: int = 3) -> dict[str, Any]:
     rows: dict[str, Any] = {}
     stored = 0
     for delay_s, jitter, scenarios in SCENARIOS:
@@ -80,10 +95,10 @@ def main(n: int = 200, rounds: int = 5) -> dict[str, Any]:
                 rows.update({f"{label}: {k}": v for k, v in result.items()})
             stored += httpx.get(f"{server.url}/api/v1/stats").json()["counts"]["llm_calls"]
     rows["calls stored by the proxy"] = stored
-    rows["target: added p50 ms (c=1) <"] = 2.0
-    rows["target: proxy/direct throughput (c=32, 10-30 ms upstream) ≥"] = 0.95
-    rows["meets target"] = (
-        rows["c=1: added p50 ms"] < 2.0 and rows["c=32, 10-30 ms upstream: proxy/direct throughput"] >= 0.95
+    rows["target: added p50 ms (c=1) <"] = TARGET_ADDED_P50_MS
+    rows["target: proxy/direct throughput (c=16 and c=32, 10-30 ms upstream) ≥"] = TARGET_RATIO
+    rows["meets target"] = rows["c=1: added p50 ms"] < TARGET_ADDED_P50_MS and all(
+        rows[f"c={c}, 10-30 ms upstream: proxy/direct throughput"] >= TARGET_RATIO for c in (16, 32)
     )
     report("proxy_overhead", rows)
     return rows
