@@ -1,0 +1,175 @@
+"""Which OpenTelemetry spans mean "an agent runs" and "a tool ran", in the conventions frameworks emit.
+
+One row per convention and kind: a new convention version, or a framework's own variant, is one more row. A span
+matches a row when every attribute in `when` has one of the listed values (an empty set: any value), and its
+name is one of `span_names` where the row gives any. The first
+row that matches wins; its name is read from the first of `name_attributes` the span has, else from the span's
+name with `name_prefix` / `name_suffix` taken off.
+
+Read from (2026-11):
+- OpenTelemetry GenAI semantic conventions 1.37-1.38 (`gen_ai.operation.name` = `invoke_agent` / `create_agent`
+  with `gen_ai.agent.name`, `gen_ai.agent.id`; `execute_tool` with `gen_ai.tool.name`, `gen_ai.tool.call.id`,
+  `gen_ai.tool.call.arguments`, `gen_ai.tool.call.result`; a failure as span status ERROR and `error.type`), as
+  emitted by Microsoft Agent Framework 1.x, Pydantic AI 1.x-2.x (instrumentation version ≥ 3), Google ADK and
+  Strands Agents;
+- Pydantic AI's instrumentation version 2 (`agent run` with `agent_name`, `running tool` with
+  `gen_ai.tool.name`, `tool_arguments`, `tool_response`);
+- OpenInference semantic conventions 0.1.x (`openinference.span.kind` = `AGENT` with `agent.name`, `TOOL` with
+  `tool.name`, `tool.parameters`, `input.value`, `output.value`), as emitted by the `openinference-instrumentation-*`
+  packages (smolagents names its agent span `<name>.run` and sets no `agent.name`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+Kind = Literal["agent", "tool"]
+
+
+@dataclass(frozen=True)
+class Convention:
+    """How one convention marks one kind of span and where it keeps what agl needs."""
+
+    source: str  # the convention and the versions read
+    kind: Kind
+    when: Mapping[str, frozenset[str]]  # attribute → the values that mark the span (empty: any value)
+    name_attributes: tuple[str, ...]
+    name_prefix: str = ""  # taken off the span's name when no name attribute is set
+    name_suffix: str = ""
+    key_attributes: tuple[str, ...] = ()  # an agent's stable id (agl's agent key)
+    call_id_attributes: tuple[str, ...] = ()
+    arguments_attributes: tuple[str, ...] = ()
+    result_attributes: tuple[str, ...] = ()
+    error_attributes: tuple[str, ...] = field(default=("error.type",))
+    span_names: frozenset[str] = frozenset()  # the span's own name must be one of these (empty: any name)
+
+
+GENAI = "OpenTelemetry GenAI semantic conventions 1.37-1.38"
+OPENINFERENCE = "OpenInference semantic conventions 0.1"
+PYDANTIC_AI_V2 = "Pydantic AI instrumentation version 2"
+
+CONVENTIONS: tuple[Convention, ...] = (
+    Convention(
+        GENAI,
+        "agent",
+        {"gen_ai.operation.name": frozenset({"invoke_agent", "create_agent"})},
+        name_attributes=("gen_ai.agent.name",),
+        name_prefix="invoke_agent ",
+        key_attributes=("gen_ai.agent.id",),
+    ),
+    Convention(
+        GENAI,
+        "tool",
+        {"gen_ai.operation.name": frozenset({"execute_tool"})},
+        name_attributes=("gen_ai.tool.name",),
+        name_prefix="execute_tool ",
+        call_id_attributes=("gen_ai.tool.call.id",),
+        arguments_attributes=("gen_ai.tool.call.arguments",),
+        result_attributes=("gen_ai.tool.call.result",),
+    ),
+    Convention(
+        OPENINFERENCE,
+        "agent",
+        {"openinference.span.kind": frozenset({"AGENT"})},
+        name_attributes=("agent.name", "graph.node.name"),
+        name_suffix=".run",
+    ),
+    Convention(
+        OPENINFERENCE,
+        "tool",
+        {"openinference.span.kind": frozenset({"TOOL"})},
+        name_attributes=("tool.name",),
+        arguments_attributes=("tool.parameters", "input.value"),
+        result_attributes=("output.value",),
+        error_attributes=("exception.type", "error.type"),
+    ),
+    Convention(
+        PYDANTIC_AI_V2,
+        "agent",
+        {"agent_name": frozenset()},
+        name_attributes=("agent_name",),
+        span_names=frozenset({"agent run"}),
+    ),
+    Convention(
+        PYDANTIC_AI_V2,
+        "tool",
+        {"gen_ai.tool.name": frozenset()},
+        name_attributes=("gen_ai.tool.name",),
+        call_id_attributes=("gen_ai.tool.call.id",),
+        arguments_attributes=("tool_arguments",),
+        result_attributes=("tool_response",),
+        span_names=frozenset({"running tool"}),
+    ),
+)
+
+
+@dataclass(frozen=True)
+class Match:
+    """What a span says in agl's terms: an agent (name, key) or a tool (name, call id, arguments, result)."""
+
+    convention: Convention
+    name: str
+    key: str | None = None
+    call_id: str | None = None
+    arguments: Any = None
+    result: Any = None
+
+    @property
+    def kind(self) -> Kind:
+        return self.convention.kind
+
+
+def match(span_name: str, attributes: Mapping[str, Any] | None, kind: Kind | None = None) -> Match | None:
+    """The first convention (of `kind`, if given) that marks this span, with what it names; None for other
+    spans and for marked spans that name nothing."""
+    attrs = attributes or {}
+    for convention in CONVENTIONS:
+        if kind is not None and convention.kind != kind:
+            continue
+        if convention.span_names and span_name not in convention.span_names:
+            continue
+        if not all(
+            key in attrs and (not values or str(attrs[key]) in values) for key, values in convention.when.items()
+        ):
+            continue
+        name = _first(attrs, convention.name_attributes) or _from_span_name(span_name, convention)
+        if not name:
+            continue
+        return Match(
+            convention,
+            str(name),
+            key=_text(_first(attrs, convention.key_attributes)),
+            call_id=_text(_first(attrs, convention.call_id_attributes)),
+            arguments=_first(attrs, convention.arguments_attributes),
+            result=_first(attrs, convention.result_attributes),
+        )
+    return None
+
+
+def error_type(attributes: Mapping[str, Any] | None, convention: Convention) -> str | None:
+    """The failure the span's attributes name (`error.type`, OpenInference's `exception.type`), if any."""
+    return _text(_first(attributes or {}, convention.error_attributes))
+
+
+def _first(attrs: Mapping[str, Any], keys: tuple[str, ...]) -> Any:
+    for key in keys:
+        value = attrs.get(key)
+        if value is not None and value != "":
+            return value
+    return None
+
+
+def _text(value: Any) -> str | None:
+    return None if value is None else str(value)
+
+
+def _from_span_name(span_name: str, convention: Convention) -> str | None:
+    """The name a span's own name gives when its convention puts it there (`invoke_agent X`, `X.run`)."""
+    if not (convention.name_prefix or convention.name_suffix):
+        return None
+    if not (span_name.startswith(convention.name_prefix) and span_name.endswith(convention.name_suffix)):
+        return None
+    name = span_name[len(convention.name_prefix) : len(span_name) - len(convention.name_suffix)].strip()
+    return name or None
