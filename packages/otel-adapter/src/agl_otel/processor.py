@@ -102,11 +102,20 @@ def _times(span: ReadableSpan) -> tuple[float, float | None]:
 
 
 def _failure(span: ReadableSpan, found: Match) -> str | None:
-    """Why the span failed (its status description, else the error type it names), or None if it did not."""
+    """Why the span failed, or None if it did not: its status description, else the exception it recorded
+    (frameworks set status ERROR without a description and record the exception as an event), else the error
+    type its attributes name."""
     named = error_type(span.attributes, found.convention)
     if span.status.status_code is not StatusCode.ERROR and named is None:
         return None
-    return span.status.description or named or "error"
+    if span.status.description:
+        return span.status.description
+    for event in reversed(span.events):
+        if event.name == "exception" and event.attributes:
+            kind, message = event.attributes.get("exception.type"), event.attributes.get("exception.message")
+            if kind or message:
+                return f"{kind}: {message}" if kind and message else str(kind or message)
+    return named or "error"
 
 
 def _record_agent(span: ReadableSpan, found: Match, ctx: RolloutContext) -> None:
