@@ -3,7 +3,8 @@ PYTHON ?= python3
 VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed-stamp
-ADAPTERS := packages/langchain-adapter packages/autogen-adapter packages/openai-agents-adapter packages/crewai-adapter
+ADAPTERS := packages/langchain-adapter packages/autogen-adapter packages/openai-agents-adapter packages/crewai-adapter \
+            packages/otel-adapter
 DEPS   := requirements-dev.txt requirements-adapters.txt packages/core/pyproject.toml packages/trainer/pyproject.toml \
           $(addsuffix /pyproject.toml,$(ADAPTERS)) benchmarks/pyproject.toml
 # torch first, pinned: a local CPU wheel here; left to pip, the trainer's `torch>=` pulls GBs of CUDA wheels.
@@ -23,7 +24,8 @@ $(STAMP): $(DEPS)
 	$(BIN)/python -m pip install -q --upgrade pip
 	$(BIN)/python -m pip install -q $(TORCH)
 	$(BIN)/python -m pip install -q -e packages/core -e "packages/trainer[verl]" -r requirements-dev.txt
-	# the four agent frameworks, pinned to versions that co-install, and agl's adapter for each
+	# the agent frameworks, pinned to versions that co-install, and agl's adapter for each (agl-otel's tests run
+	# Pydantic AI and smolagents, whose spans it reads)
 	# (the AutoGen adapter's `openai` extra brings AutoGen's OpenAI model client, which the example uses)
 	$(BIN)/python -m pip install -q -r requirements-adapters.txt $(addprefix -e ,$(filter-out packages/autogen-adapter,$(ADAPTERS))) -e "packages/autogen-adapter[openai]"
 	# the benchmark harness (`agl bench`): Spider, MuSiQue, Calc-X agents on the adapters above

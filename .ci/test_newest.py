@@ -64,6 +64,20 @@ CASES = (
         ("crewai[litellm]", "openai"),
         ("crewai", "litellm", "openai", "httpx", "httpx2"),
     ),
+    Case(
+        # agl-otel reads spans: the OpenTelemetry SDK, and the frameworks its tests run
+        "otel",
+        "otel-adapter",
+        (
+            "opentelemetry-sdk",
+            "opentelemetry-api",
+            "pydantic-ai-slim[openai]",
+            "smolagents",
+            "openinference-instrumentation-smolagents",
+            "openai",
+        ),
+        ("opentelemetry-sdk", "pydantic-ai-slim", "smolagents", "openinference-instrumentation-smolagents", "openai"),
+    ),
 )
 
 

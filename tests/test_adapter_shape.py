@@ -1,4 +1,4 @@
-"""All four adapters (and core's HTTP hook) have one entry-point shape, on one base: `instrument()`,
+"""All five adapters (and core's HTTP hook) have one entry-point shape, on one base: `instrument()`,
 `uninstrument()`, `is_instrumented()`, and an `agl.instrumentation.Instrumentor` subclass that runs them."""
 
 from __future__ import annotations
@@ -15,6 +15,7 @@ ADAPTERS = {
     "agl_autogen": "AutoGenInstrumentor",
     "agl_openai_agents": "OpenAIAgentsInstrumentor",
     "agl_crewai": "CrewAIInstrumentor",
+    "agl_otel": "OTelInstrumentor",
 }
 
 

@@ -86,7 +86,7 @@ class OTelInstrumentor(Instrumentor):
             if isinstance(provider, TracerProvider):
                 self.add_to(provider)
             # OpenTelemetry sets its provider once; the one set was agl's stand-in, so the app's takes its place
-            trace._TRACER_PROVIDER = provider  # type: ignore[attr-defined]
+            trace._TRACER_PROVIDER = provider
             self.stand_in = None
             log.info("the app set its OpenTelemetry tracer provider: agl's processor is on it")
 
