@@ -74,9 +74,18 @@ CASES = (
             "pydantic-ai-slim[openai]",
             "smolagents",
             "openinference-instrumentation-smolagents",
+            "agent-framework-core",
+            "agent-framework-openai",
             "openai",
         ),
-        ("opentelemetry-sdk", "pydantic-ai-slim", "smolagents", "openinference-instrumentation-smolagents", "openai"),
+        (
+            "opentelemetry-sdk",
+            "pydantic-ai-slim",
+            "smolagents",
+            "openinference-instrumentation-smolagents",
+            "agent-framework-core",
+            "openai",
+        ),
     ),
 )
 

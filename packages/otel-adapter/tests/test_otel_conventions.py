@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from agl_otel.conventions import CONVENTIONS, GENAI, OPENINFERENCE, PYDANTIC_AI_V2, error_type, match
+from agl_otel.conventions import CONVENTIONS, GENAI, GENAI_BY_NAME, OPENINFERENCE, PYDANTIC_AI_V2, error_type, match
 
 GENAI_AGENT = {"gen_ai.operation.name": "invoke_agent", "gen_ai.agent.name": "planner", "gen_ai.agent.id": "a-7"}
 GENAI_TOOL = {
@@ -31,6 +31,8 @@ GENAI_TOOL = {
         ("invoke_agent helper", {"gen_ai.operation.name": "invoke_agent"}, (GENAI, "agent", "helper", None, None)),
         ("execute_tool calculator", GENAI_TOOL, (GENAI, "tool", "calculator", None, "call_1")),
         ("execute_tool search", {"gen_ai.operation.name": "execute_tool"}, (GENAI, "tool", "search", None, None)),
+        # an agent span whose attributes come after its start (Microsoft Agent Framework): its name alone
+        ("invoke_agent writer", {}, (GENAI_BY_NAME, "agent", "writer", None, None)),
         # OpenInference (smolagents names its agent span `<name>.run` and sets no agent.name)
         (
             "x",
@@ -70,6 +72,8 @@ def test_a_marked_span_names_its_agent_or_tool(
         ("x", {"openinference.span.kind": "CHAIN", "agent.name": "not an agent span"}),
         ("model request", {"agent_name": "support"}),  # v2's attribute on a span that is not its agent run
         ("HTTP POST", {"http.method": "POST"}),
+        ("invoke_agent", {}),  # the prefix with no name after it
+        ("run", {"gen_ai.agent.name": "x"}),  # a name attribute on a span neither named nor marked as an agent's
         ("anything", None),
     ],
 )
@@ -106,5 +110,7 @@ def test_every_row_can_match_something() -> None:
         attributes: dict[str, Any] = {k: (sorted(v)[0] if v else "x") for k, v in convention.when.items()}
         attributes[convention.name_attributes[0]] = "named"
         span_name = sorted(convention.span_names)[0] if convention.span_names else "span"
+        if convention.by_span_name:
+            span_name = f"{convention.name_prefix}named{convention.name_suffix}"
         found = match(span_name, attributes, convention.kind)
         assert found is not None and found.convention == convention and found.name == "named", convention

@@ -11,7 +11,8 @@ Read from (2026-11):
   with `gen_ai.agent.name`, `gen_ai.agent.id`; `execute_tool` with `gen_ai.tool.name`, `gen_ai.tool.call.id`,
   `gen_ai.tool.call.arguments`, `gen_ai.tool.call.result`; a failure as span status ERROR and `error.type`), as
   emitted by Microsoft Agent Framework 1.x, Pydantic AI 1.x-2.x (instrumentation version ≥ 3), Google ADK and
-  Strands Agents;
+  Strands Agents; and the span name they prescribe (`invoke_agent <name>`) alone, for a span whose attributes
+  are set after it starts (Microsoft Agent Framework's agent spans);
 - Pydantic AI's instrumentation version 2 (`agent run` with `agent_name`, `running tool` with
   `gen_ai.tool.name`, `tool_arguments`, `tool_response`);
 - OpenInference semantic conventions 0.1.x (`openinference.span.kind` = `AGENT` with `agent.name`, `TOOL` with
@@ -44,9 +45,11 @@ class Convention:
     result_attributes: tuple[str, ...] = ()
     error_attributes: tuple[str, ...] = field(default=("error.type",))
     span_names: frozenset[str] = frozenset()  # the span's own name must be one of these (empty: any name)
+    by_span_name: bool = False  # the span's own name must have name_prefix / name_suffix
 
 
 GENAI = "OpenTelemetry GenAI semantic conventions 1.37-1.38"
+GENAI_BY_NAME = "OpenTelemetry GenAI semantic conventions 1.37-1.38, by span name"
 OPENINFERENCE = "OpenInference semantic conventions 0.1"
 PYDANTIC_AI_V2 = "Pydantic AI instrumentation version 2"
 
@@ -68,6 +71,17 @@ CONVENTIONS: tuple[Convention, ...] = (
         call_id_attributes=("gen_ai.tool.call.id",),
         arguments_attributes=("gen_ai.tool.call.arguments",),
         result_attributes=("gen_ai.tool.call.result",),
+    ),
+    # The span name the GenAI conventions prescribe, for spans whose attributes come after their start (Microsoft
+    # Agent Framework starts `invoke_agent <name>` bare and sets its attributes next): an agent scope must be
+    # known when its span starts
+    Convention(
+        GENAI_BY_NAME,
+        "agent",
+        {},
+        name_attributes=("gen_ai.agent.name",),
+        name_prefix="invoke_agent ",
+        by_span_name=True,
     ),
     Convention(
         OPENINFERENCE,
@@ -129,6 +143,8 @@ def match(span_name: str, attributes: Mapping[str, Any] | None, kind: Kind | Non
         if kind is not None and convention.kind != kind:
             continue
         if convention.span_names and span_name not in convention.span_names:
+            continue
+        if convention.by_span_name and _from_span_name(span_name, convention) is None:
             continue
         if not all(
             key in attrs and (not values or str(attrs[key]) in values) for key, values in convention.when.items()
