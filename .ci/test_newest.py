@@ -87,6 +87,13 @@ CASES = (
             "openai",
         ),
     ),
+    Case(
+        # Google ADK apart: it pins an older OpenTelemetry SDK than the exporter agl-core uses with the others
+        "otel-adk",
+        "otel-adapter",
+        ("google-adk", "litellm", "openai"),
+        ("google-adk", "litellm", "opentelemetry-sdk", "openai", "httpx"),
+    ),
 )
 
 
