@@ -43,3 +43,16 @@ def agents_of_calls(detail: RolloutDetail) -> list[str | None]:
 
 def tool_spans(detail: RolloutDetail) -> list[Span]:
     return sorted((s for s in detail.spans if s.name.startswith("tool:")), key=lambda s: s.start_time)
+
+
+def assert_exact_ids(detail: RolloutDetail) -> None:
+    """Every call's prompt ids are those the scripted backend's tokenizer gives the request the agent sent (as
+    the proxy forwarded it), and a text answer's response ids are its text's: exact token ids for training."""
+    from agl.testing.upstream import encode, render_prompt
+
+    for call in detail.llm_calls:
+        assert call.prompt_ids == encode(render_prompt(call.request["messages"], call.request.get("tools"))), call.seq
+        content = (call.response_message or {}).get("content")
+        if isinstance(content, str) and not (call.response_message or {}).get("tool_calls"):
+            assert call.response_ids == encode(content), call.seq
+        assert call.logprobs is not None and len(call.logprobs) == len(call.response_ids or [])

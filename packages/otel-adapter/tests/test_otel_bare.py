@@ -24,7 +24,7 @@ from agl.selection import AgentSelection
 from agl.testing.fixtures import wait_rollouts
 from agl.tracing import attributes as attr
 from agl.transitions import build_episodes
-from otel_support import EXAMPLES, agents_of_calls, load_example, run_one, tool_spans
+from otel_support import EXAMPLES, agents_of_calls, assert_exact_ids, load_example, run_one, tool_spans
 
 bare = load_example("bare_otel")
 
@@ -43,6 +43,7 @@ def test_the_example_trains_through_a_real_worker(
         assert agents_of_calls(detail) == ["planner", "solver", "solver"]
         assert [c.agent_key for c in detail.llm_calls] == [None, "s-1", "s-1"]
         assert all(c.trainable and c.prompt_ids and c.response_ids for c in detail.llm_calls)
+        assert_exact_ids(detail)
         agent_spans = {s.name for s in detail.spans if s.attributes.get(attr.SPAN_KIND) == "agent"}
         assert agent_spans == {"agent:planner", "agent:solver"}
     assert [[r.value for r in d.rewards] for d in details] == [[1.0], [0.0]]

@@ -14,7 +14,7 @@ from agl.selection import AgentSelection
 from agl.testing.fixtures import wait_rollouts
 from agl.tracing import attributes as attr
 from agl.transitions import build_episodes
-from otel_support import EXAMPLES, agents_of_calls, tool_spans
+from otel_support import EXAMPLES, agents_of_calls, assert_exact_ids, tool_spans
 
 # ADK pins an older OpenTelemetry SDK than agl-core's OTLP exporter accepts, so it cannot join the pinned
 # all-in-one environment: `make test-newest` runs this test in an environment of its own
@@ -36,6 +36,7 @@ def test_an_agent_as_a_tool_and_a_failing_tool_through_a_real_worker(
     # the planner calls the solver (a tool); the solver calls its calculator, then answers; the planner answers
     assert agents_of_calls(detail) == ["planner", "solver", "solver", "planner"]
     assert all(c.trainable and c.prompt_ids and c.response_ids for c in detail.llm_calls)
+    assert_exact_ids(detail)
     # each call's prompt is the one its agent sent: the agent's instructions as the system message
     assert [c.request["messages"][0]["content"].split(".")[0] for c in detail.llm_calls] == [
         "You are planner",

@@ -14,7 +14,7 @@ from agl.selection import AgentSelection
 from agl.testing.fixtures import wait_rollouts
 from agl.tracing import attributes as attr
 from agl.transitions import build_episodes
-from otel_support import EXAMPLES, agents_of_calls, tool_spans
+from otel_support import EXAMPLES, agents_of_calls, assert_exact_ids, tool_spans
 
 pytest.importorskip("pydantic_ai", reason="Pydantic AI is not installed: pip install 'pydantic-ai-slim[openai]'")
 
@@ -32,6 +32,7 @@ def test_delegation_and_a_failing_tool_through_a_real_worker(
         # planner asks the solver (a tool); the solver calls its calculator, then answers; the planner answers
         assert agents_of_calls(detail) == ["planner", "solver", "solver", "planner"]
         assert all(c.trainable and c.prompt_ids and c.response_ids for c in detail.llm_calls)
+        assert_exact_ids(detail)
         # each call's prompt is the one its agent sent: Pydantic AI's instructions as the system message
         assert [c.request["messages"][0]["content"].split(".")[0] for c in detail.llm_calls] == [
             "You are planner",

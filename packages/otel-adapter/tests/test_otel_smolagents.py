@@ -14,7 +14,7 @@ from agl.selection import AgentSelection
 from agl.testing.fixtures import wait_rollouts
 from agl.tracing import attributes as attr
 from agl.transitions import build_episodes
-from otel_support import EXAMPLES, tool_spans
+from otel_support import EXAMPLES, assert_exact_ids, tool_spans
 
 pytest.importorskip("smolagents", reason="smolagents is not installed: pip install smolagents")
 pytest.importorskip(
@@ -47,6 +47,7 @@ def test_a_managed_agent_and_a_failing_tool_through_a_real_worker(
         assert all(agent == by for agent, by in sent if by is not None), sent
         assert {agent for agent, _ in sent} == {"manager", "solver"}
         assert all(c.trainable and c.prompt_ids and c.response_ids for c in calls)
+        assert_exact_ids(detail)
         assert {s.name for s in detail.spans if s.attributes.get(attr.SPAN_KIND) == "agent"} == {
             "agent:manager",
             "agent:solver",
