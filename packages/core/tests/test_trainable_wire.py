@@ -25,7 +25,7 @@ from agl.processes import start_server
 from agl.schema import EnqueueRequest, TaskIn
 from agl.selection import AgentSelection
 from agl.store import Store
-from agl.trainable import TrainableRollout, call_from_columns
+from agl.trainable import TrainableRollout, call_from_columns, call_values
 from agl.trainable_wire import BINARY_TYPE, WireError, from_binary, from_json, to_binary, to_json
 from agl.transitions import build_episodes
 
@@ -37,7 +37,7 @@ FORMS: dict[str, tuple[Callable[[Sequence[TrainableRollout]], bytes], Callable[[
 
 
 def _seen(rollouts: Sequence[TrainableRollout]) -> list[Any]:
-    """Everything training reads of the rollouts, as plain values."""
+    """Everything training reads of the rollouts, as plain values (arrays as lists, the answer decoded)."""
     return [
         (
             r.rollout,
@@ -45,26 +45,7 @@ def _seen(rollouts: Sequence[TrainableRollout]) -> list[Any]:
             r.spans,
             r.rewards,
             [
-                (
-                    c.id,
-                    c.rollout_id,
-                    c.attempt_id,
-                    c.seq,
-                    c.agent_name,
-                    c.agent_key,
-                    c.attribution,
-                    c.status,
-                    c.trainable,
-                    c.not_trainable_reason,
-                    c.model_version,
-                    c.temperature,
-                    c.started_at,
-                    c.latency_s,
-                    None if c.prompt_ids is None else list(c.prompt_ids),
-                    None if c.response_ids is None else list(c.response_ids),
-                    None if c.logprobs is None else list(c.logprobs),
-                    c.response_message,
-                )
+                [list(v) if isinstance(v, array) else v for v in call_values(c)] + [c.response_message]
                 for c in r.llm_calls
             ],
         )

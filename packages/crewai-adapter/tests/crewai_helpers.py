@@ -8,10 +8,10 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
-import agl
 from agl.client import Client
 from agl.processes import ServerProcess
 from agl.schema import RolloutDetail
+from agl.testing import fixtures
 
 EXAMPLE_PATH = Path(__file__).resolve().parents[1] / "examples" / "research_crew.py"
 
@@ -29,8 +29,4 @@ def load_example() -> ModuleType:
 
 def run_one(app: Any, server: ServerProcess, client: Client, task: Any) -> RolloutDetail:
     """Run one rollout of `app` in an in-process runner; its stored detail."""
-    (rollout,) = client.enqueue(task)
-    stats = agl.Runner(app, server.url, concurrency=1, heartbeat_s=0.5).run(max_rollouts=1)
-    detail = client.rollout_detail(rollout.id)
-    assert stats.succeeded == 1, (stats, detail.rollout.error)
-    return detail
+    return fixtures.run_one(app, server, client, task)

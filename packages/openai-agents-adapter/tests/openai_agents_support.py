@@ -11,10 +11,10 @@ from typing import Any
 from agents.tracing import Span as SdkSpan
 from agents.tracing import Trace, TracingProcessor, get_trace_provider
 
-import agl
 from agl.client import Client
 from agl.processes import ServerProcess
 from agl.schema import LLMCall, RolloutDetail, Span
+from agl.testing import fixtures
 
 EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "triage_handoff.py"
 
@@ -69,12 +69,7 @@ def trace_processors() -> list[TracingProcessor]:
 
 def run_one(app: Any, server: ServerProcess, client: Client, task: Any = TASK) -> RolloutDetail:
     """Run one rollout of `app` in an in-process agl runner; what the store holds about it."""
-    (rollout,) = client.enqueue(task)
-    stats = agl.Runner(app, server.url, concurrency=1, heartbeat_s=0.5).run(max_rollouts=1)
-    assert stats.succeeded == 1, stats
-    detail = client.rollout_detail(rollout.id)
-    detail.llm_calls.sort(key=lambda c: c.seq)
-    return detail
+    return fixtures.run_one(app, server, client, task)
 
 
 def sent_by(call: LLMCall) -> str:

@@ -8,10 +8,11 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
-import agl
 from agl.client import Client
 from agl.processes import ServerProcess
 from agl.schema import RolloutDetail, Span
+from agl.testing.fixtures import wait_rollouts
+from agl.tracing import attributes as attr
 
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
 
@@ -25,16 +26,6 @@ def load_example(name: str) -> ModuleType:
         sys.modules[name] = module
         spec.loader.exec_module(module)
     return sys.modules[name]
-
-
-def run_one(app: Any, server: ServerProcess, client: Client, task: Any) -> RolloutDetail:
-    """Run one rollout of `app` in an in-process agl runner; what the store holds about it."""
-    (rollout,) = client.enqueue(task)
-    stats = agl.Runner(app, server.url, concurrency=1, heartbeat_s=0.5).run(max_rollouts=1)
-    assert stats.succeeded == 1, stats
-    detail = client.rollout_detail(rollout.id)
-    detail.llm_calls.sort(key=lambda c: c.seq)
-    return detail
 
 
 def agents_of_calls(detail: RolloutDetail) -> list[str | None]:
@@ -56,3 +47,45 @@ def assert_exact_ids(detail: RolloutDetail) -> None:
         if isinstance(content, str) and not (call.response_message or {}).get("tool_calls"):
             assert call.response_ids == encode(content), call.seq
         assert call.logprobs is not None and len(call.logprobs) == len(call.response_ids or [])
+
+
+def run_example(
+    example: str,
+    server: ServerProcess,
+    client: Client,
+    workers: Any,
+    tasks: list[dict[str, Any]],
+    *,
+    statuses: list[str],
+    max_attempts: int = 1,
+    timeout: float = 120,
+) -> list[RolloutDetail]:
+    """Enqueue `tasks`, run them with `agl worker examples/<example>.py:solve`, check their final statuses; their
+    stored details, calls in `seq` order."""
+    ids = [r.id for task in tasks for r in client.enqueue(task, max_attempts=max_attempts)]
+    workers(f"{EXAMPLES / example}.py:solve", server.url)
+    assert [r.status.value for r in wait_rollouts(client, ids, timeout=timeout)] == statuses
+    details = [client.rollout_detail(i) for i in ids]
+    for detail in details:
+        detail.llm_calls.sort(key=lambda c: c.seq)
+    return details
+
+
+def check_planner_and_solver(detail: RolloutDetail) -> None:
+    """The two-agent examples' run: the planner calls the solver (a tool), the solver calls its calculator and
+    answers, the planner answers. Each call is stored under the agent that sent it (its instructions are the
+    request's system message), with exact token ids."""
+    assert agents_of_calls(detail) == ["planner", "solver", "solver", "planner"]
+    assert [str(c.request["messages"][0]["content"]).split(".")[0] for c in detail.llm_calls] == [
+        "You are planner",
+        "You are solver",
+        "You are solver",
+        "You are planner",
+    ]
+    assert all(c.trainable for c in detail.llm_calls)
+    assert_exact_ids(detail)
+
+
+def tools_seen(detail: RolloutDetail) -> list[tuple[str, str, str | None]]:
+    """(tool, status, agent) of each tool span, sorted."""
+    return sorted((str(s.attributes[attr.TOOL_NAME]), s.status.value, s.agent_name) for s in tool_spans(detail))

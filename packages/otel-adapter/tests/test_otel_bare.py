@@ -21,10 +21,10 @@ import agl_otel
 from agl.client import Client
 from agl.processes import ServerProcess
 from agl.selection import AgentSelection
-from agl.testing.fixtures import wait_rollouts
+from agl.testing.fixtures import run_one, wait_rollouts
 from agl.tracing import attributes as attr
 from agl.transitions import build_episodes
-from otel_support import EXAMPLES, agents_of_calls, assert_exact_ids, load_example, run_one, tool_spans
+from otel_support import EXAMPLES, agents_of_calls, assert_exact_ids, load_example, tool_spans
 
 bare = load_example("bare_otel")
 

@@ -18,7 +18,7 @@ from typing import Any
 
 from agl.packed import FLOAT64, INT32
 from agl.schema import Attribution
-from agl.trainable import CALL_COLUMNS, TrainableCall
+from agl.trainable import CALL_COLUMNS, TrainableCall, call_values
 
 _BLOBS = ("prompt_ids", "response_ids", "logprobs")
 # a row: the training read's columns (agl.trainable) less the two ids rows are keyed by and the arrays, then the
@@ -32,6 +32,8 @@ PACKED_CALL_COLUMNS = (
     "n_logprobs",
 )
 _ATTRIBUTIONS = {m.value: m for m in Attribution}
+_BLOB_AT = slice(CALL_COLUMNS.index("prompt_ids"), CALL_COLUMNS.index("logprobs") + 1)
+_KEYS_AT = slice(CALL_COLUMNS.index("rollout_id"), CALL_COLUMNS.index("attempt_id") + 1)
 
 
 class PackError(ValueError):
@@ -53,28 +55,17 @@ def pack_calls(calls: Sequence[TrainableCall]) -> tuple[list[list[Any]], array[i
                 base_seq, base_len, prompt = base.seq, shared, prompt[shared:]
         if prompt is not None:
             base = c
-        rows.append(
-            [
-                c.id,
-                c.seq,
-                c.agent_name,
-                c.agent_key,
-                c.attribution.value,
-                c.status,
-                c.trainable,
-                c.not_trainable_reason,
-                c.model_version,
-                c.temperature,
-                c.started_at,
-                c.latency_s,
-                c.response_json,
-                base_seq,
-                base_len,
-                None if prompt is None else len(prompt),
-                None if response is None else len(response),
-                None if logprobs is None else len(logprobs),
-            ]
+        row = call_values(c)
+        del row[_BLOB_AT]  # the arrays, then the two ids the rows are keyed by
+        del row[_KEYS_AT]
+        row += (
+            base_seq,
+            base_len,
+            None if prompt is None else len(prompt),
+            None if response is None else len(response),
+            None if logprobs is None else len(logprobs),
         )
+        rows.append(row)
         ids.extend(prompt or ())
         ids.extend(response or ())
         floats.extend(logprobs or ())

@@ -158,6 +158,31 @@ CALL_COLUMNS = (
 _ATTRIBUTION = {m.value: m for m in Attribution}
 
 
+def call_values(c: TrainableCall) -> list[Any]:
+    """A call's CALL_COLUMNS values in order, as `call_from_columns` takes them back: the attribution as its
+    value, the answer as its JSON text, the arrays as they are."""
+    return [
+        c.id,
+        c.rollout_id,
+        c.attempt_id,
+        c.seq,
+        c.agent_name,
+        c.agent_key,
+        c.attribution.value,
+        c.status,
+        c.trainable,
+        c.not_trainable_reason,
+        c.model_version,
+        c.temperature,
+        c.started_at,
+        c.latency_s,
+        c.prompt_ids,
+        c.response_ids,
+        c.logprobs,
+        c.response_json,
+    ]
+
+
 def call_from_columns(
     row: Sequence[Any], prompt_ids: array[int] | None, response_ids: array[int] | None, logprobs: array[float] | None
 ) -> TrainableCall:

@@ -37,7 +37,7 @@ from agl.call_packs import PackError, pack_calls, unpack_calls
 from agl.gc_pause import gc_paused
 from agl.packed import FLOAT64, INT32, array_bytes, floats_array, ids_array
 from agl.schema import Reward, Rollout, Span, Task
-from agl.trainable import TrainableCall, TrainableRollout, call_from_columns
+from agl.trainable import CALL_COLUMNS, TrainableCall, TrainableRollout, call_from_columns, call_values
 
 BINARY_TYPE = "application/vnd.agl.trainable"
 JSON_TYPE = "application/json"
@@ -169,6 +169,9 @@ _spans = TypeAdapter(list[Span])
 _rewards = TypeAdapter(list[Reward])
 
 
+_ARRAYS = slice(CALL_COLUMNS.index("prompt_ids"), CALL_COLUMNS.index("logprobs") + 1)
+
+
 def _b64(values: array[Any] | None) -> str | None:
     return None if values is None else base64.b64encode(array_bytes(values)).decode("ascii")
 
@@ -181,6 +184,13 @@ def _floats(text: str | None) -> array[float] | None:
     return None if text is None else floats_array(base64.b64decode(text))
 
 
+def _json_call(c: TrainableCall) -> list[Any]:
+    """A call in CALL_COLUMNS order, its arrays as base64."""
+    values = call_values(c)
+    values[_ARRAYS] = map(_b64, values[_ARRAYS])
+    return values
+
+
 def to_json(rollouts: Sequence[TrainableRollout]) -> bytes:
     """JSON for any client: models as their JSON, each call as its CALL_COLUMNS (agl.trainable) with the packed
     arrays as base64 of their little-endian bytes."""
@@ -191,29 +201,7 @@ def to_json(rollouts: Sequence[TrainableRollout]) -> bytes:
                 "task": r.task.model_dump(mode="json"),
                 "spans": [s.model_dump(mode="json") for s in r.spans],
                 "rewards": [w.model_dump(mode="json") for w in r.rewards],
-                "llm_calls": [
-                    [  # in CALL_COLUMNS order
-                        c.id,
-                        c.rollout_id,
-                        c.attempt_id,
-                        c.seq,
-                        c.agent_name,
-                        c.agent_key,
-                        c.attribution.value,
-                        c.status,
-                        c.trainable,
-                        c.not_trainable_reason,
-                        c.model_version,
-                        c.temperature,
-                        c.started_at,
-                        c.latency_s,
-                        _b64(c.prompt_ids),
-                        _b64(c.response_ids),
-                        _b64(c.logprobs),
-                        c.response_json,
-                    ]
-                    for c in r.llm_calls
-                ],
+                "llm_calls": [_json_call(c) for c in r.llm_calls],
             }
             for r in rollouts
         ]

@@ -2,7 +2,7 @@
 
 A pytest plugin (entry point `pytest11: agl`, extra `agl-core[testing]`): any test suite in an environment with
 agl-core gets `agl_upstream`, `agl_server`, `agl_client` and `agl_workers` without importing anything;
-`wait_rollouts` is a plain helper to import.
+`wait_rollouts` and `run_one` are plain helpers to import.
 """
 
 from __future__ import annotations
@@ -10,15 +10,17 @@ from __future__ import annotations
 import subprocess
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from agl.client import Client
 from agl.processes import ServerProcess, start_server, start_worker
-from agl.schema import Rollout
+from agl.runner import Runner
+from agl.schema import Rollout, RolloutDetail
 from agl.testing.upstream import start_upstream_process
 
-__all__ = ["agl_client", "agl_server", "agl_upstream", "agl_workers", "wait_rollouts"]
+__all__ = ["agl_client", "agl_server", "agl_upstream", "agl_workers", "run_one", "wait_rollouts"]
 
 StartWorker = Callable[..., subprocess.Popen[bytes]]
 
@@ -73,3 +75,14 @@ def wait_rollouts(client: Client, ids: list[str], timeout: float = 60.0) -> list
     """The rollouts once all are finished, in the order of `ids`."""
     rollouts = client.wait(ids, timeout=timeout)
     return sorted(rollouts, key=lambda r: ids.index(r.id))
+
+
+def run_one(app: Any, server: ServerProcess, client: Client, task: Any) -> RolloutDetail:
+    """Run one rollout of `app` (a rollout function) in an in-process agl runner against `server`: what the store
+    holds about it, its LLM calls in `seq` order. Fails the test if the rollout did not succeed."""
+    (rollout,) = client.enqueue(task)
+    stats = Runner(app, server.url, concurrency=1, heartbeat_s=0.5).run(max_rollouts=1)
+    detail = client.rollout_detail(rollout.id)
+    assert stats.succeeded == 1, (stats, detail.rollout.error)
+    detail.llm_calls.sort(key=lambda c: c.seq)
+    return detail
