@@ -14,18 +14,17 @@ from typing import Any
 
 import httpx
 import pytest
-from factories import fill_training_cases, llm_call
+from factories import attempt, fill_training_cases, llm_call
 
 from agl.air import AnswerParseRule, ToolStatusRule, with_air
 from agl.call_packs import pack_calls, unpack_calls
 from agl.client import Client
 from agl.credit import assign_credit
-from agl.packed import FLOAT64, INT32
 from agl.processes import start_server
 from agl.schema import EnqueueRequest, TaskIn
 from agl.selection import AgentSelection
 from agl.store import Store
-from agl.trainable import TrainableRollout, call_from_columns, call_values
+from agl.trainable import TrainableRollout, call_values
 from agl.trainable_wire import BINARY_TYPE, WireError, from_binary, from_json, to_binary, to_json
 from agl.transitions import build_episodes
 
@@ -81,56 +80,34 @@ def test_each_form_gives_what_the_store_read_gives(store: Store, form: str) -> N
     assert b"[7,8,9" not in encode(read)
 
 
-def test_the_binary_body_holds_each_prompt_once() -> None:
-    """A multi-turn chat's prompts are sent as what each adds to the last one held whole: 40 turns of a growing
-    chat take about the ids of the last prompt, not the sum of all of them."""
+def test_the_binary_body_holds_each_prompt_once(store: Store) -> None:
+    """A multi-turn chat's prompts are sent as what each adds to the call before: 40 turns of a growing chat take
+    about the ids of the last prompt, not the sum of all of them."""
     rng = random.Random(3)
+    rollout_id, attempt_id = attempt(store)
     chat = [rng.randrange(50_000) for _ in range(200)]
-    calls = []
+    sent = []
     for seq in range(40):
         response = [rng.randrange(50_000) for _ in range(20)]
-        calls.append(llm_call("ro", "at", seq, list(chat), response))
+        sent.append(llm_call(rollout_id, attempt_id, seq, list(chat), response))
         chat += response + [rng.randrange(50_000) for _ in range(10)]
-    calls.append(llm_call("ro", "at", 40, [1, 2, 3], [4]))  # a fresh chat: held whole
-    calls.append(llm_call("ro", "at", 41, [1, 2, 3, 4, 5], [6]))  # extends the fresh one, answer included
-    calls.append(llm_call("ro", "at", 42, None, None, trainable=False, not_trainable_reason="no ids"))
-    trainable = [
-        call_from_columns(
-            (
-                c.id,
-                c.rollout_id,
-                c.attempt_id,
-                c.seq,
-                c.agent_name,
-                c.agent_key,
-                c.attribution.value,
-                c.status,
-                c.trainable,
-                c.not_trainable_reason,
-                c.model_version,
-                c.temperature,
-                c.started_at,
-                c.latency_s,
-                None,
-                None,
-                None,
-                None,
-            ),
-            None if c.prompt_ids is None else array(INT32, c.prompt_ids),
-            None if c.response_ids is None else array(INT32, c.response_ids),
-            None if c.logprobs is None else array(FLOAT64, c.logprobs),
-        )
-        for c in calls
-    ]
-    rows, ids, floats = pack_calls(trainable)
-    whole = sum(len(c.prompt_ids or []) + len(c.response_ids or []) for c in calls)
+    sent.append(llm_call(rollout_id, attempt_id, 40, [1, 2, 3], [4]))  # a fresh chat: held whole
+    sent.append(llm_call(rollout_id, attempt_id, 41, [1, 2, 3, 4, 5], [6]))  # extends the fresh one, answer too
+    sent.append(llm_call(rollout_id, attempt_id, 42, None, None, trainable=False, not_trainable_reason="no ids"))
+    for call in sent:
+        store.add_llm_call(call).result()
+    store.complete(attempt_id, "succeeded", reward=1.0).result()
+    (read,) = store.trainable_rollouts([rollout_id])
+    rows, ids, floats = pack_calls(read.llm_calls)
+    whole = sum(len(c.prompt_ids or []) + len(c.response_ids or []) for c in sent)
     assert len(ids) < len(chat) + 100 < whole // 10
     assert [r[13] for r in rows[-3:]] == [None, 40, None]  # the fresh chat is a base; the call after it names it
-    back, at, fat = unpack_calls("ro", "at", rows, ids, floats, where="test")
+    back, at, fat = unpack_calls(rollout_id, attempt_id, rows, ids, floats, where="test")
     assert (at, fat) == (len(ids), len(floats))
     assert [(c.prompt_ids, c.response_ids, c.logprobs) for c in back] == [
-        (c.prompt_ids, c.response_ids, c.logprobs) for c in trainable
+        (c.prompt_ids, c.response_ids, c.logprobs) for c in read.llm_calls
     ]
+    assert [list(c.prompt_ids or []) for c in back] == [c.prompt_ids or [] for c in sent]
 
 
 def _body(store: Store) -> bytes:
