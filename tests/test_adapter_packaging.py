@@ -75,6 +75,14 @@ def _cases() -> list[tuple[str, str, str, str, Any, set[str]]]:
             {"question": "What is 12 + 30?", "answer": 42},
             {"Researcher", "Writer"},
         ),
+        (
+            "otel-adapter",
+            "agl_otel",
+            "agl_otel",
+            "pydantic_ai_delegation.py:solve",
+            {"question": "What is 12 * 7?", "answer": 84},
+            {"planner", "solver"},
+        ),
     ]
 
 
@@ -108,7 +116,7 @@ def test_adapter_wheels_install_beside_the_frameworks_and_attribute_calls(tmp_pa
     python = env_dir / "bin" / "python"
     run(python, "-m", "pip", "install", "-q", *wheels, "-r", REPO / "requirements-adapters.txt")
     run(python, "-m", "pip", "check")
-    run(python, "-c", "import agl_langchain, agl_autogen, agl_openai_agents, agl_crewai, agl")
+    run(python, "-c", "import agl_langchain, agl_autogen, agl_openai_agents, agl_crewai, agl_otel, agl")
 
     server = start_server(tmp_path / "run", upstream=upstream)
     env = {

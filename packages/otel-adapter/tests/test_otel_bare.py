@@ -18,6 +18,7 @@ from opentelemetry.trace import Status, StatusCode
 
 import agl
 import agl_otel
+from agl.air import ToolStatusRule, with_air
 from agl.client import Client
 from agl.processes import ServerProcess
 from agl.selection import AgentSelection
@@ -51,6 +52,16 @@ def test_the_example_trains_through_a_real_worker(
     assert (ok.status.value, ok.agent_name, ok.attributes[attr.TOOL_NAME]) == ("ok", "solver", "calculator")
     assert failed.status.value == "error" and failed.status_message == "ZeroDivisionError: division by zero"
     assert failed.attributes[attr.AFTER_LLM_SEQ] == 1  # after the solver's tool call: AIR's tool rule reward goes there
+
+    # AIR's tool rule reads these spans unchanged: the failed calculator penalises the solver's tool call
+    air = [
+        [(r.name, r.value, r.after_llm_seq) for r in with_air(d, [ToolStatusRule(error_reward=-0.5)]).rewards]
+        for d in details
+    ]
+    assert [[r for r in rewards if r[0] == "air:tool_status"] for rewards in air] == [
+        [],
+        [("air:tool_status", -0.5, 1)],
+    ]
 
     episodes, stats = build_episodes(details, AgentSelection.parse("sol*"))
     assert [t.agent_name for e in episodes for t in e.transitions] == ["solver"] * 4
