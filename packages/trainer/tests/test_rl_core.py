@@ -295,3 +295,100 @@ def test_the_prefix_cache_is_dropped_when_the_weights_change(tiny_model_dir: Pat
     with torch.no_grad():
         expected = reference_logprobs(model, transition(ids, after.token_ids, advantage=1.0)).tolist()
     assert after.logprobs == pytest.approx(expected, abs=1e-4)
+
+
+def _off_policy_batch(policy: PolicyTrainer, tok: Any, weights: list[list[float]]) -> list[Transition]:
+    """Transitions whose behaviour log-probs μ sit log w below the policy's own: importance weights π_old / μ = w
+    (π_old, recomputed before the update, is the policy as it is)."""
+    shared = prompt(tok, "What is 12 times 7?")
+    batch = [
+        transition(shared, [1234, 77, 3001, 15], advantage=1.5, weight=0.5),
+        transition(shared, [411, 9], advantage=-0.7, weight=0.25, temperature=0.7),
+        transition(prompt(tok, "Name a prime above 20."), [88, 1200, 301], advantage=0.4, weight=0.25),
+    ]
+    for t, w in zip(batch, weights, strict=True):
+        with torch.no_grad():
+            lp = reference_logprobs(policy.model, t)
+        t.logprobs = [float(v) - math.log(x) for v, x in zip(lp, w, strict=True)]
+    return batch
+
+
+def test_truncated_importance_weights_against_a_hand_computed_loss(tiny_model_dir: Path, tok: Any) -> None:
+    """Behaviour log-probs that are not the policy's (a stale version, another precision): the clip acts on
+    π_θ / π_old with π_old recomputed, and each token's term is weighted by min(π_old / μ, cap). Catches: weights
+    left out, weights not truncated, the clip taken against μ, gradients through the weights."""
+    cap = 2.0
+    policy = make_policy(tiny_model_dir, is_cap=cap)
+    weights = [[0.5, 3.0, 1.0, 1.2], [4.0, 0.9], [1.0, 1.0, 2.5]]
+    batch = _off_policy_batch(policy, tok, weights)
+    total_weight = sum(t.weight for t in batch)
+    loss = torch.zeros(())
+    for t, w in zip(batch, weights, strict=True):
+        lp = reference_logprobs(policy.model, t)
+        # π_old = the policy now: every ratio starts at 1, inside the band; the weight scales the term
+        terms = [-min(x, cap) * torch.exp(lp[j] - lp[j].detach()) * t.advantage for j, x in enumerate(w)]
+        loss = loss + torch.stack(terms).mean() * t.weight / total_weight
+    expected = reference_gradients(policy, loss)
+
+    stats, ours = trainer_gradients(policy, batch)
+    assert_same_gradients(ours, expected)
+    flat = [x for w in weights for x in w]
+    assert stats.extra["is_weight_mean"] == pytest.approx(sum(flat) / len(flat), rel=1e-4)
+    assert stats.extra["is_weight_max"] == pytest.approx(4.0, rel=1e-4)
+    assert stats.extra["is_truncated_fraction"] == pytest.approx(3 / 9)  # 3.0, 4.0 and 2.5 above the cap
+    assert stats.clip_fraction == 0.0
+
+
+def test_masked_importance_sampling_drops_a_transition_whose_weights_stray(tiny_model_dir: Path, tok: Any) -> None:
+    """MIS: a transition whose weights' geometric mean leaves [1/cap, cap] is left out whole; the others count
+    unweighted."""
+    policy = make_policy(tiny_model_dir, is_cap=2.0, is_mode="mis")
+    weights = [[0.5, 3.0, 1.0, 1.2], [4.0, 3.0], [1.0, 1.0, 2.5]]  # geometric means 1.10, 3.46, 1.36
+    batch = _off_policy_batch(policy, tok, weights)
+    total_weight = sum(t.weight for t in batch)
+    loss = torch.zeros(())
+    for i, t in enumerate(batch):
+        lp = reference_logprobs(policy.model, t)
+        keep = 0.0 if i == 1 else 1.0
+        terms = [-keep * torch.exp(lp[j] - lp[j].detach()) * t.advantage for j in range(len(lp))]
+        loss = loss + torch.stack(terms).mean() * t.weight / total_weight
+    expected = reference_gradients(policy, loss)
+
+    stats, ours = trainer_gradients(policy, batch)
+    assert_same_gradients(ours, expected)
+    assert stats.extra["is_masked_fraction"] == pytest.approx(1 / 3)
+
+
+def test_with_behaviour_equal_to_the_policy_the_correction_changes_nothing(tiny_model_dir: Path, tok: Any) -> None:
+    """Weights of 1: the corrected update's gradients are today's, and the metrics say 1."""
+    plain, corrected = make_policy(tiny_model_dir), make_policy(tiny_model_dir, is_cap=2.0)
+    ones = [[1.0] * 4, [1.0] * 2, [1.0] * 3]
+    _, expected = trainer_gradients(plain, _off_policy_batch(plain, tok, ones))
+    stats, ours = trainer_gradients(corrected, _off_policy_batch(corrected, tok, ones))
+    assert_same_gradients(ours, expected)
+    assert stats.extra["is_weight_mean"] == pytest.approx(1.0, abs=1e-5)
+    assert stats.extra["is_truncated_fraction"] == 0.0
+    assert "is_weight_mean" not in plain.update(_off_policy_batch(plain, tok, ones)).extra  # off: no metrics
+
+
+def test_an_engine_in_bf16_gives_weights_that_are_not_one(tiny_model_dir: Path, tok: Any) -> None:
+    """The engine samples in bf16, the trainer computes in fp32 (both on CPU here): the behaviour log-probs are
+    not the trainer's, and the correction reports it."""
+    policy = make_policy(tiny_model_dir, is_cap=2.0)
+    engine_model, _ = load_model(tiny_model_dir, device="cpu", dtype=torch.bfloat16)
+    engine_model = wrap_lora(engine_model, policy.config)
+    engine_model.load_state_dict({k: v.to(torch.bfloat16) for k, v in policy.model.state_dict().items()})
+    batch = _off_policy_batch(policy, tok, [[1.0] * 4, [1.0] * 2, [1.0] * 3])
+    for t in batch:
+        with torch.no_grad():
+            t.logprobs = [float(v) for v in reference_logprobs(engine_model, t)]
+    stats = policy.update(batch)
+    assert stats.extra["is_weight_mean"] != pytest.approx(1.0, abs=1e-6)
+    assert stats.extra["is_weight_max"] > 1.0
+    assert 0.5 < stats.extra["is_weight_mean"] < 2.0  # the same weights, another precision: close to 1
+
+
+@pytest.mark.parametrize(("overrides", "message"), [({"is_mode": "x"}, "is_mode"), ({"is_cap": 1.0}, "is_cap")])
+def test_bad_correction_settings_are_refused(overrides: dict[str, Any], message: str) -> None:
+    with pytest.raises(ValueError, match=message):
+        PolicyConfig(**overrides)

@@ -105,6 +105,8 @@ def _read_tasks(path: str, what: str) -> list[object]:
     "lr",
     "full_finetune",
     "kl_coef",
+    "is_cap",
+    "is_mode",
     "workers",
     "concurrency",
     "device",

@@ -26,6 +26,18 @@ class PolicyConfig:
     lora_alpha: int = 32
     lora_targets: tuple[str, ...] = ("q_proj", "k_proj", "v_proj", "o_proj")
     weight_decay: float = 0.0
+    # Off-policy correction (agl_trainer.policy): None keeps the objective above with π_old = the engine's
+    # log-probs. A number recomputes π_old with the policy before the update and weights each token by
+    # π_old / π_behaviour: truncated at this cap ("tis"), or the transition masked when the geometric mean of its
+    # weights leaves [1/cap, cap] ("mis").
+    is_cap: float | None = None
+    is_mode: str = "tis"
+
+    def __post_init__(self) -> None:
+        if self.is_mode not in ("tis", "mis"):
+            raise ValueError(f"is_mode must be 'tis' or 'mis', got {self.is_mode!r}")
+        if self.is_cap is not None and not self.is_cap > 1.0:
+            raise ValueError(f"is_cap must be above 1 (a weight of 1 is no correction), got {self.is_cap}")
 
 
 @dataclass

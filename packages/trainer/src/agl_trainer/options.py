@@ -106,6 +106,18 @@ SPECS: dict[str, Spec] = {
         Spec("lr", "Learning rate."),
         Spec("full_finetune", "Train all weights instead of a LoRA adapter.", is_flag=True),
         Spec("kl_coef", "KL penalty to the base model (LoRA only).", flag="--kl"),
+        Spec(
+            "is_cap",
+            "Off-policy correction: recompute π_old before each update and weight each token by π_old / the "
+            "engine's sampling policy, truncated at this cap (agl's trainer only). Unset: no correction.",
+            type=float,
+        ),
+        Spec(
+            "is_mode",
+            "With --is-cap: truncate each token's weight (tis), or leave out a transition whose weights stray past "
+            "the cap (mis).",
+            choices=lambda: ["tis", "mis"],
+        ),
         Spec("workers", "Worker processes."),
         Spec("concurrency", "Rollouts at once per worker."),
         Spec("device", "cpu, cuda, ... or auto."),

@@ -22,6 +22,19 @@ at the end sends them on (exact: the same sum of gradients). A micro-batch then 
 tokens, so its memory follows those: `micro_batch_tokens` counts them, and on a CPU a micro-batch is also held to
 `CPU_UPDATE_BYTES` of estimated activations (the main job's update took 8.6 GB above the weights before).
 
+Off-policy correction (`is_cap`, decoupled PPO with truncated importance sampling). The engine's log-probs are
+those of the behaviour policy μ, which is not the policy being updated when rollouts ran on an older version
+(bounded staleness) or when the engine computes in another precision (bf16 against the trainer's fp32). Then
+π_old is recomputed by the trainer with the current weights before the update (the proximal policy), the clip
+acts on π_θ / π_old, and each token's term is weighted by its importance weight w_ij = π_old(y_ij) / μ(y_ij),
+held constant:
+
+    ℓ_ij = −ŵ_ij · min(r_ij A_i, clip(r_ij, 1 − ε_low, 1 + ε_high) A_i) + β k3_ij
+    TIS: ŵ_ij = min(w_ij, cap)          MIS: ŵ_ij = 1 if exp(mean_j log w_ij) ∈ [1/cap, cap], else 0 (for all j)
+
+With μ = π_old every w is 1 and this is the objective above. The mean and max weight, and the fraction of tokens
+truncated (TIS) or transitions masked (MIS), go into the update's metrics.
+
 One policy per agent: with `agent_adapters` ({agent name: LoRA adapter name}) each agent's transitions train
 only its own adapter on the shared base model, with its own optimizer; the loss above is then normalised per
 agent (Σ over that agent's transitions), so an agent that makes many calls does not scale another's step.
@@ -134,6 +147,50 @@ class UpdateStats:
     def as_dict(self) -> dict[str, float]:
         out = {k: float(v) for k, v in self.__dict__.items() if k != "extra"}
         return {**out, **self.extra}
+
+
+class _ImportanceWeights:
+    """The importance weights π_old / μ of an update's tokens: what each token's term is multiplied by, and the
+    statistics the metrics report."""
+
+    def __init__(self) -> None:
+        self.tokens = 0.0
+        self.total = 0.0
+        self.largest = 0.0
+        self.truncated = 0.0
+        self.transitions = 0
+        self.masked = 0
+
+    def add(self, log_w: torch.Tensor, mask: torch.Tensor, config: PolicyConfig) -> torch.Tensor:
+        """The weights to multiply this micro-batch's per-token terms by (constants: no gradient flows into π_old
+        or μ), from log π_old − log μ per token."""
+        cap = float(config.is_cap or 1.0)
+        with torch.no_grad():
+            log_w = log_w.clamp(-20, 20) * mask
+            w = torch.exp(log_w)
+            self.tokens += float(mask.sum())
+            self.total += float((w * mask).sum())
+            self.largest = max(self.largest, float((w * mask).max()))
+            self.transitions += mask.shape[0]
+            if config.is_mode == "mis":
+                counts = mask.sum(1).clamp(min=1)
+                mean_log = log_w.sum(1) / counts
+                keep = (mean_log.abs() <= math.log(cap)).float()
+                self.masked += int((1 - keep).sum())
+                return keep.unsqueeze(1).expand_as(w)
+            self.truncated += float(((w > cap).float() * mask).sum())
+            return torch.clamp(w, max=cap)
+
+    def metrics(self, mode: str) -> dict[str, float]:
+        out = {
+            "is_weight_mean": self.total / max(self.tokens, 1.0),
+            "is_weight_max": self.largest,
+        }
+        if mode == "mis":
+            out["is_masked_fraction"] = self.masked / max(self.transitions, 1)
+        else:
+            out["is_truncated_fraction"] = self.truncated / max(self.tokens, 1.0)
+        return out
 
 
 def lora_config(config: PolicyConfig) -> Any:
@@ -273,12 +330,9 @@ class PolicyTrainer:
         resp = max(len(t.response_ids) for t in batch)
         n = len(batch)
         mask = torch.zeros((n, resp), dtype=torch.float32)
-        old = torch.zeros((n, resp), dtype=torch.float32)
         for i, t in enumerate(batch):
-            r = len(t.response_ids)
-            mask[i, resp - r :] = torch.tensor(t.response_mask, dtype=torch.float32)
-            if t.logprobs is not None:
-                old[i, resp - r :] = torch.tensor(t.logprobs, dtype=torch.float32)
+            mask[i, resp - len(t.response_ids) :] = torch.tensor(t.response_mask, dtype=torch.float32)
+        old = self._right_aligned(batch, resp, [t.logprobs for t in batch])
         temperature = torch.tensor([[[t.temperature]] for t in batch], dtype=torch.float32)
         ids, attention, positions = packed.ids, packed.attention, packed.positions
         tensors = {
@@ -291,6 +345,18 @@ class PolicyTrainer:
         }
         out: dict[str, Any] = {k: v.to(self.device) for k, v in tensors.items()}
         out["prefix"] = torch.tensor([packed.prefix], dtype=torch.long, device=self.device) if packed.prefix else None
+        return out
+
+    @staticmethod
+    def _right_aligned(
+        batch: Sequence[Transition], resp: int, values: Sequence[Sequence[float] | None]
+    ) -> torch.Tensor:
+        """Per-token values of each transition's response, laid out as its response is (ending in the last
+        column); zeros where a transition has none."""
+        out = torch.zeros((len(batch), resp), dtype=torch.float32)
+        for i, (t, v) in enumerate(zip(batch, values, strict=True)):
+            if v is not None:
+                out[i, resp - len(t.response_ids) :] = torch.tensor(v, dtype=torch.float32)
         return out
 
     def _response_logprobs(self, model: Any, x: dict[str, Any], prefix: SharedPrefix | None = None) -> torch.Tensor:
@@ -358,13 +424,20 @@ class PolicyTrainer:
                 t.logprobs = lp
             stats.recomputed_logprobs = len(missing)
         groups = self._by_adapter(useful) if useful else {}
+        # the proximal policy π_old: the policy as it is before this update (see the module's docstring)
+        proximal: dict[int, list[float]] = {}
+        if self.config.is_cap is not None and useful:
+            proximal = {id(t): lp for t, lp in zip(useful, self.logprobs(useful), strict=True)}
         sums = {"loss": 0.0, "pg": 0.0, "kl": 0.0, "clipped": 0.0, "ratio": 0.0, "tokens": 0.0}
+        weights = _ImportanceWeights()
         norms: dict[str | None, float] = {}
         self.model.train()
         for adapter, group in groups.items():
             self._activate(adapter)
-            norms[adapter] = self._step(adapter, group, sums, stats)
+            norms[adapter] = self._step(adapter, group, sums, stats, proximal, weights)
         self.model.eval()
+        if proximal:
+            stats.extra.update(weights.metrics(self.config.is_mode))
         if not groups:
             return stats
         self.steps += 1
@@ -384,8 +457,18 @@ class PolicyTrainer:
                 stats.extra[f"transitions/{agent}"] = float(len(groups.get(adapter, [])))
         return stats
 
-    def _step(self, adapter: str | None, useful: list[Transition], sums: dict[str, float], stats: UpdateStats) -> float:
-        """Accumulate the loss of one policy's transitions and step its optimizer; returns the gradient norm."""
+    def _step(
+        self,
+        adapter: str | None,
+        useful: list[Transition],
+        sums: dict[str, float],
+        stats: UpdateStats,
+        proximal: dict[int, list[float]],
+        is_weights: _ImportanceWeights,
+    ) -> float:
+        """Accumulate the loss of one policy's transitions and step its optimizer; returns the gradient norm.
+        With `proximal` log-probs (off-policy correction on), the clip acts on π_θ / π_old and each token's term is
+        weighted by π_old / μ, truncated or masked (module docstring)."""
         total_weight = sum(t.weight for t in useful)
         cfg = self.config
         optimizer = self.optimizers[adapter]
@@ -402,11 +485,18 @@ class PolicyTrainer:
             mask = x["mask"]
             advantages = torch.tensor([t.advantage for t in batch], device=self.device).unsqueeze(1)
             weights = torch.tensor([t.weight for t in batch], device=self.device) / total_weight
-            log_ratio = (new - x["old"]).clamp(-20, 20)
+            old = x["old"]
+            importance: torch.Tensor | None = None
+            if proximal:
+                old = self._right_aligned(batch, mask.shape[1], [proximal[id(t)] for t in batch]).to(self.device)
+                importance = is_weights.add(old - x["old"], mask, cfg)
+            log_ratio = (new - old).clamp(-20, 20)
             ratio = torch.exp(log_ratio)
             unclipped = ratio * advantages
             clipped = torch.clamp(ratio, 1 - cfg.clip_low, 1 + cfg.clip_high) * advantages
             per_token = -torch.minimum(unclipped, clipped)
+            if importance is not None:
+                per_token = importance * per_token
             kl = torch.zeros_like(per_token)
             if cfg.kl_coef > 0:
                 with torch.no_grad(), self.model.disable_adapter():
@@ -421,7 +511,12 @@ class PolicyTrainer:
             with torch.no_grad():
                 n_tok = float(mask.sum())
                 sums["loss"] += float(loss)
-                sums["pg"] += float(((-torch.minimum(unclipped, clipped) * mask).sum(1) / counts * weights).sum())
+                pg = (
+                    -torch.minimum(unclipped, clipped)
+                    if importance is None
+                    else importance * -torch.minimum(unclipped, clipped)
+                )
+                sums["pg"] += float(((pg * mask).sum(1) / counts * weights).sum())
                 sums["kl"] += float((kl * mask).sum())
                 # tokens whose gradient the clip removed: the clipped term is the smaller one and is constant
                 clipped_away = ((advantages > 0) & (ratio > 1 + cfg.clip_high)) | (

@@ -92,6 +92,9 @@ class VerlPolicy:
         placement: Sequence[int] | None = None,
         num_gpus: int | None = None,
     ) -> None:
+        if config.is_cap is not None:
+            # agl's own trainer has it (agl_trainer.policy); verl's rollout correction is not mapped yet
+            raise ValueError("the off-policy correction (is_cap) runs with --trainer agl only, not yet with verl")
         self.verl_version = import_verl()
         if workers < 1:
             raise ValueError(f"workers must be ≥ 1, got {workers}")
