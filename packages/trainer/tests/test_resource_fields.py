@@ -21,3 +21,14 @@ def test_cuda_rows_record_the_peak_allocated_memory_in_gib(monkeypatch: pytest.M
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     monkeypatch.setattr(torch.cuda, "max_memory_allocated", lambda *a, **k: 3 * 2**29)
     assert resource_fields(10, 1.0) == {"gen_tokens_per_s": 10.0, "gpu_peak_gib": 1.5}
+
+
+def test_the_step_line_shows_the_importance_weights_only_when_the_correction_is_on() -> None:
+    from agl_trainer.loop import _importance_summary
+
+    assert _importance_summary({"grad_norm/x": 1.0}) == ""
+    line = _importance_summary({"is_weight_mean": 1.01, "is_weight_max": 3.2, "is_truncated_fraction": 0.02})
+    assert line == "  IS weight mean 1.010 max 3.20 truncated 2.0%"
+    assert _importance_summary({"is_weight_mean": 1.0, "is_weight_max": 1.5, "is_masked_fraction": 0.1}).endswith(
+        "masked 10.0%"
+    )

@@ -429,6 +429,7 @@ class TrainingRun:
             f"(peak {row['peak_rss_gb']:.1f}, prefix cache {row['prefix_cache_mb']:.0f} MB)"
             + (f"  tasks with one rollout {credit.single_rollout_groups}" if credit.single_rollout_groups else "")
             + (f"  log-probs recomputed {update.recomputed_logprobs}" if update.recomputed_logprobs else "")
+            + _importance_summary(update.extra)
             + (f"  ⚠ agent name lost {build.missed_attribution}" if build.missed_attribution else "")
             + (
                 f"  ⚠ LLM calls that bypassed agl {llm_use['bypassed_llm_calls']}"
@@ -653,6 +654,18 @@ def _agent_name(spec: str) -> str:
     module, _, function = spec.rpartition(":")
     stem = Path(module).stem if module.endswith(".py") else module.rsplit(".", 1)[-1]
     return f"{stem}:{function}"
+
+
+def _importance_summary(extra: dict[str, float]) -> str:
+    """The step line's part on the off-policy correction's weights (empty when it is off)."""
+    if "is_weight_mean" not in extra:
+        return ""
+    dropped = (
+        f"masked {extra['is_masked_fraction']:.1%}"
+        if "is_masked_fraction" in extra
+        else f"truncated {extra.get('is_truncated_fraction', 0.0):.1%}"
+    )
+    return f"  IS weight mean {extra['is_weight_mean']:.3f} max {extra['is_weight_max']:.2f} {dropped}"
 
 
 def _percent(value: float | None) -> str:
