@@ -380,3 +380,36 @@ def test_a_policy_per_agent_changes_only_on_its_own_agents_transitions(
         with pytest.raises(ValueError, match="no policy of its own"):
             batch[0].agent_name = "critic"
             policies.logprobs(batch[:1])
+
+
+@pytest.mark.parametrize("mode", ["tis", "mis"])
+def test_same_off_policy_correction_as_agl(
+    policy: VerlPolicy, tiny_model_dir: Path, initial_adapter: Path, mode: str
+) -> None:
+    """With the correction on, verl's update (π_old recomputed by its worker, the weights as its
+    `rollout_is_weights`) is agl's: the same loss, weights' statistics and step. The fixed batch's behaviour
+    log-probs are up to ±0.4 off the policy, so with a cap of 1.2 some weights are truncated or masked."""
+    policy.config.is_cap, policy.config.is_mode = 1.2, mode
+    try:
+        twin = agl_twin(tiny_model_dir, initial_adapter, config(is_cap=1.2, is_mode=mode))
+        batch = fixed_batch(twin)
+        theirs, ours = twin.update(copy.deepcopy(batch)), policy.update(copy.deepcopy(batch))
+    finally:
+        policy.config.is_cap, policy.config.is_mode = None, "tis"
+    assert ours.loss == pytest.approx(theirs.loss, abs=LOSS_TOL)
+    assert ours.pg_loss == pytest.approx(theirs.pg_loss, abs=LOSS_TOL)
+    assert ours.clip_fraction == pytest.approx(theirs.clip_fraction, abs=1e-9)
+    assert ours.ratio_mean == pytest.approx(theirs.ratio_mean, abs=LOSS_TOL)
+    assert ours.grad_norm == pytest.approx(theirs.grad_norm, rel=1e-5)
+    correction = {k: v for k, v in theirs.extra.items() if k.startswith("is_")}
+    assert correction.keys() == {k for k in ours.extra if k.startswith("is_")} and correction
+    for key, value in correction.items():
+        assert ours.extra[key] == pytest.approx(value, abs=1e-5), key
+    assert correction["is_weight_max"] > 1.2
+    # the same step. Adam's first step divides each gradient by its size: a weight whose gradient is ~0 (a token
+    # the cap truncated contributes less) moves by float noise between the two trainers' forward layouts (verl's
+    # worker recomputes π_old in micro-batches of its own), so a few weights differ by up to 10× the tolerance
+    after, expected = policy.state_dict_for_engine(), lora_state(twin)
+    gaps = torch.cat([(after[k] - expected[k]).abs().flatten() for k in expected])
+    assert float(gaps.max()) < 10 * WEIGHT_TOL
+    assert float((gaps > WEIGHT_TOL).float().mean()) < 1e-3, float((gaps > WEIGHT_TOL).float().mean())

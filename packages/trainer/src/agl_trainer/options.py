@@ -109,7 +109,7 @@ SPECS: dict[str, Spec] = {
         Spec(
             "is_cap",
             "Off-policy correction: recompute π_old before each update and weight each token by π_old / the "
-            "engine's sampling policy, truncated at this cap (agl's trainer only). Unset: no correction.",
+            "engine's sampling policy, truncated at this cap (with either trainer). Unset: no correction.",
             type=float,
         ),
         Spec(

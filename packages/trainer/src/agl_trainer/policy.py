@@ -56,6 +56,7 @@ import torch
 from agl.transitions import Transition, concat_ids
 from agl_trainer.config import PolicyConfig as PolicyConfig  # re-exported beside the trainer it configures
 from agl_trainer.memory import give_back
+from agl_trainer.off_policy import ImportanceWeights
 from agl_trainer.packing import MIN_SHARED_PREFIX, common_prefix_len, pack
 from agl_trainer.plan.model_shape import ModelShape, shape_from_config
 
@@ -147,50 +148,6 @@ class UpdateStats:
     def as_dict(self) -> dict[str, float]:
         out = {k: float(v) for k, v in self.__dict__.items() if k != "extra"}
         return {**out, **self.extra}
-
-
-class _ImportanceWeights:
-    """The importance weights π_old / μ of an update's tokens: what each token's term is multiplied by, and the
-    statistics the metrics report."""
-
-    def __init__(self) -> None:
-        self.tokens = 0.0
-        self.total = 0.0
-        self.largest = 0.0
-        self.truncated = 0.0
-        self.transitions = 0
-        self.masked = 0
-
-    def add(self, log_w: torch.Tensor, mask: torch.Tensor, config: PolicyConfig) -> torch.Tensor:
-        """The weights to multiply this micro-batch's per-token terms by (constants: no gradient flows into π_old
-        or μ), from log π_old − log μ per token."""
-        cap = float(config.is_cap or 1.0)
-        with torch.no_grad():
-            log_w = log_w.clamp(-20, 20) * mask
-            w = torch.exp(log_w)
-            self.tokens += float(mask.sum())
-            self.total += float((w * mask).sum())
-            self.largest = max(self.largest, float((w * mask).max()))
-            self.transitions += mask.shape[0]
-            if config.is_mode == "mis":
-                counts = mask.sum(1).clamp(min=1)
-                mean_log = log_w.sum(1) / counts
-                keep = (mean_log.abs() <= math.log(cap)).float()
-                self.masked += int((1 - keep).sum())
-                return keep.unsqueeze(1).expand_as(w)
-            self.truncated += float(((w > cap).float() * mask).sum())
-            return torch.clamp(w, max=cap)
-
-    def metrics(self, mode: str) -> dict[str, float]:
-        out = {
-            "is_weight_mean": self.total / max(self.tokens, 1.0),
-            "is_weight_max": self.largest,
-        }
-        if mode == "mis":
-            out["is_masked_fraction"] = self.masked / max(self.transitions, 1)
-        else:
-            out["is_truncated_fraction"] = self.truncated / max(self.tokens, 1.0)
-        return out
 
 
 def lora_config(config: PolicyConfig) -> Any:
@@ -429,15 +386,15 @@ class PolicyTrainer:
         if self.config.is_cap is not None and useful:
             proximal = {id(t): lp for t, lp in zip(useful, self.logprobs(useful), strict=True)}
         sums = {"loss": 0.0, "pg": 0.0, "kl": 0.0, "clipped": 0.0, "ratio": 0.0, "tokens": 0.0}
-        weights = _ImportanceWeights()
+        weights = ImportanceWeights(self.config) if proximal else None
         norms: dict[str | None, float] = {}
         self.model.train()
         for adapter, group in groups.items():
             self._activate(adapter)
             norms[adapter] = self._step(adapter, group, sums, stats, proximal, weights)
         self.model.eval()
-        if proximal:
-            stats.extra.update(weights.metrics(self.config.is_mode))
+        if weights is not None:
+            stats.extra.update(weights.metrics())
         if not groups:
             return stats
         self.steps += 1
@@ -464,7 +421,7 @@ class PolicyTrainer:
         sums: dict[str, float],
         stats: UpdateStats,
         proximal: dict[int, list[float]],
-        is_weights: _ImportanceWeights,
+        is_weights: ImportanceWeights | None,
     ) -> float:
         """Accumulate the loss of one policy's transitions and step its optimizer; returns the gradient norm.
         With `proximal` log-probs (off-policy correction on), the clip acts on π_θ / π_old and each token's term is
@@ -487,9 +444,9 @@ class PolicyTrainer:
             weights = torch.tensor([t.weight for t in batch], device=self.device) / total_weight
             old = x["old"]
             importance: torch.Tensor | None = None
-            if proximal:
+            if is_weights is not None:
                 old = self._right_aligned(batch, mask.shape[1], [proximal[id(t)] for t in batch]).to(self.device)
-                importance = is_weights.add(old - x["old"], mask, cfg)
+                importance = is_weights.add(old - x["old"], mask)
             log_ratio = (new - old).clamp(-20, 20)
             ratio = torch.exp(log_ratio)
             unclipped = ratio * advantages

@@ -32,6 +32,7 @@ from typing import Any
 import torch
 
 from agl.transitions import Transition
+from agl_trainer.off_policy import ImportanceWeights
 from agl_trainer.policy import PolicyConfig, UpdateStats
 from agl_trainer.verl import import_verl
 from agl_trainer.verl.batch import PackedBatch, pack, per_transition, response_values, to_worker_input
@@ -92,9 +93,6 @@ class VerlPolicy:
         placement: Sequence[int] | None = None,
         num_gpus: int | None = None,
     ) -> None:
-        if config.is_cap is not None:
-            # agl's own trainer has it (agl_trainer.policy); verl's rollout correction is not mapped yet
-            raise ValueError("the off-policy correction (is_cap) runs with --trainer agl only, not yet with verl")
         self.verl_version = import_verl()
         if workers < 1:
             raise ValueError(f"workers must be ≥ 1, got {workers}")
@@ -285,6 +283,8 @@ class VerlPolicy:
             useful, advantages=[c * t.advantage for c, t in zip(scale, useful, strict=True)], seq_weights=scale
         )
         extra = {}
+        if self.config.is_cap is not None:
+            extra["rollout_is_weights"] = self._off_policy(batch, stats)
         if self.config.kl_coef > 0:
             ref = self._log_probs(batch, reference=True)
             padded = torch.zeros_like(batch.tensors["old_log_probs"])
@@ -311,6 +311,24 @@ class VerlPolicy:
         self._fill(stats, metrics)
         self.timings["update_s"] = time.perf_counter() - t0
         return stats
+
+    def _off_policy(self, batch: PackedBatch, stats: UpdateStats) -> torch.Tensor:
+        """The off-policy correction (agl_trainer.off_policy), as agl's trainer applies it: π_old recomputed by the
+        worker replaces the behaviour log-probs the clip is taken against, and the per-token weights π_old / μ go
+        to verl's loss as `rollout_is_weights`, which it multiplies the policy-gradient term by
+        (verl.workers.utils.losses.ppo_loss)."""
+        rows = batch.positions
+        behaviour = batch.tensors["old_log_probs"]
+        proximal = self._log_probs(batch)  # the transitions' rows, in their order
+        mask = batch.tensors["response_mask"][rows]
+        importance = ImportanceWeights(self.config)
+        weights = torch.zeros_like(behaviour)
+        weights[rows] = importance.add(proximal - behaviour[rows], mask).to(weights.dtype)
+        old = behaviour.clone()
+        old[rows] = torch.where(mask.bool(), proximal.to(old.dtype), old[rows])
+        batch.tensors["old_log_probs"] = old
+        stats.extra.update(importance.metrics())
+        return weights
 
     @staticmethod
     def _fill(stats: UpdateStats, metrics: Mapping[str, Any]) -> None:
