@@ -18,13 +18,12 @@ from typing import Any
 
 from agl.packed import FLOAT64, INT32
 from agl.schema import Attribution
-from agl.trainable import CALL_COLUMNS, TrainableCall, call_values
+from agl.trainable import ARRAY_COLUMNS, ARRAYS, CALL_COLUMNS, TrainableCall, call_values
 
-_BLOBS = ("prompt_ids", "response_ids", "logprobs")
 # a row: the training read's columns (agl.trainable) less the two ids rows are keyed by and the arrays, then the
 # prompt's base, then the counts of the call's ids and log-probs in the arrays
 PACKED_CALL_COLUMNS = (
-    *(c for c in CALL_COLUMNS if c not in ("rollout_id", "attempt_id", *_BLOBS)),
+    *(c for c in CALL_COLUMNS if c not in ("rollout_id", "attempt_id", *ARRAYS)),
     "prompt_base_seq",
     "prompt_base_len",
     "n_prompt",
@@ -32,7 +31,6 @@ PACKED_CALL_COLUMNS = (
     "n_logprobs",
 )
 _ATTRIBUTIONS = {m.value: m for m in Attribution}
-_BLOB_AT = slice(CALL_COLUMNS.index("prompt_ids"), CALL_COLUMNS.index("logprobs") + 1)
 _KEYS_AT = slice(CALL_COLUMNS.index("rollout_id"), CALL_COLUMNS.index("attempt_id") + 1)
 
 
@@ -56,7 +54,7 @@ def pack_calls(calls: Sequence[TrainableCall]) -> tuple[list[list[Any]], array[i
         if prompt is not None:
             base = c
         row = call_values(c)
-        del row[_BLOB_AT]  # the arrays, then the two ids the rows are keyed by
+        del row[ARRAY_COLUMNS]  # the arrays, then the two ids the rows are keyed by
         del row[_KEYS_AT]
         row += (
             base_seq,

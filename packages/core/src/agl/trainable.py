@@ -155,6 +155,10 @@ CALL_COLUMNS = (
     "logprobs",
     "response_message",
 )
+# a call's packed arrays, and where they sit among its CALL_COLUMNS values (each form of the read encodes them
+# its own way)
+ARRAYS = ("prompt_ids", "response_ids", "logprobs")
+ARRAY_COLUMNS = slice(CALL_COLUMNS.index(ARRAYS[0]), CALL_COLUMNS.index(ARRAYS[-1]) + 1)
 _ATTRIBUTION = {m.value: m for m in Attribution}
 
 

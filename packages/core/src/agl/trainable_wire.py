@@ -37,7 +37,7 @@ from agl.call_packs import PackError, pack_calls, unpack_calls
 from agl.gc_pause import gc_paused
 from agl.packed import FLOAT64, INT32, array_bytes, floats_array, ids_array
 from agl.schema import Reward, Rollout, Span, Task
-from agl.trainable import CALL_COLUMNS, TrainableCall, TrainableRollout, call_from_columns, call_values
+from agl.trainable import ARRAY_COLUMNS, TrainableCall, TrainableRollout, call_from_columns, call_values
 
 BINARY_TYPE = "application/vnd.agl.trainable"
 JSON_TYPE = "application/json"
@@ -169,9 +169,6 @@ _spans = TypeAdapter(list[Span])
 _rewards = TypeAdapter(list[Reward])
 
 
-_ARRAYS = slice(CALL_COLUMNS.index("prompt_ids"), CALL_COLUMNS.index("logprobs") + 1)
-
-
 def _b64(values: array[Any] | None) -> str | None:
     return None if values is None else base64.b64encode(array_bytes(values)).decode("ascii")
 
@@ -187,7 +184,7 @@ def _floats(text: str | None) -> array[float] | None:
 def _json_call(c: TrainableCall) -> list[Any]:
     """A call in CALL_COLUMNS order, its arrays as base64."""
     values = call_values(c)
-    values[_ARRAYS] = map(_b64, values[_ARRAYS])
+    values[ARRAY_COLUMNS] = map(_b64, values[ARRAY_COLUMNS])
     return values
 
 
@@ -217,7 +214,10 @@ def from_json(body: bytes | str) -> list[TrainableRollout]:
 def _from_json(body: bytes | str) -> list[TrainableRollout]:
     out: list[TrainableRollout] = []
     for item in orjson.loads(body):
-        calls = [call_from_columns(row, _ids(row[14]), _ids(row[15]), _floats(row[16])) for row in item["llm_calls"]]
+        calls = []
+        for row in item["llm_calls"]:
+            prompt, response, logprobs = row[ARRAY_COLUMNS]
+            calls.append(call_from_columns(row, _ids(prompt), _ids(response), _floats(logprobs)))
         out.append(
             TrainableRollout(
                 rollout=_rollout.validate_python(item["rollout"]),

@@ -26,14 +26,13 @@ from agl.packed import BIG_ENDIAN, FLOAT64, INT32
 from agl.schema import Reward
 from agl.store.rows import REWARD_SOURCES, trusted
 from agl.store.schema import REWARD_COLUMNS, columns
-from agl.trainable import TrainableCall
+from agl.trainable import ARRAYS, TrainableCall
 
 _ID_BYTES, _FLOAT_BYTES = 4, 8  # agl.packed's int32 and float64
-_BLOBS = ("prompt_ids", "response_ids", "logprobs")
 # the call columns a pack keeps (agl.call_packs): the rows' columns up to the counts of the call's ids in the
 # pack's BLOBs, which are worked out from the BLOBs
 _CALL_COLUMNS = PACKED_CALL_COLUMNS[: PACKED_CALL_COLUMNS.index("n_prompt")]
-_SELECT_CALLS = f"SELECT {columns(_CALL_COLUMNS + _BLOBS)} FROM llm_calls WHERE attempt_id=? ORDER BY seq"
+_SELECT_CALLS = f"SELECT {columns(_CALL_COLUMNS + ARRAYS)} FROM llm_calls WHERE attempt_id=? ORDER BY seq"
 _METADATA = REWARD_COLUMNS.index("metadata")
 _SELECT_REWARDS = (
     f"SELECT {columns(REWARD_COLUMNS)} FROM rewards WHERE rollout_id=? AND attempt_id=? ORDER BY timestamp, id"
