@@ -451,9 +451,10 @@ class PolicyTrainer:
             ratio = torch.exp(log_ratio)
             unclipped = ratio * advantages
             clipped = torch.clamp(ratio, 1 - cfg.clip_low, 1 + cfg.clip_high) * advantages
-            per_token = -torch.minimum(unclipped, clipped)
+            pg = -torch.minimum(unclipped, clipped)
             if importance is not None:
-                per_token = importance * per_token
+                pg = importance * pg
+            per_token = pg
             kl = torch.zeros_like(per_token)
             if cfg.kl_coef > 0:
                 with torch.no_grad(), self.model.disable_adapter():
@@ -468,11 +469,6 @@ class PolicyTrainer:
             with torch.no_grad():
                 n_tok = float(mask.sum())
                 sums["loss"] += float(loss)
-                pg = (
-                    -torch.minimum(unclipped, clipped)
-                    if importance is None
-                    else importance * -torch.minimum(unclipped, clipped)
-                )
                 sums["pg"] += float(((pg * mask).sum(1) / counts * weights).sum())
                 sums["kl"] += float((kl * mask).sum())
                 # tokens whose gradient the clip removed: the clipped term is the smaller one and is constant
