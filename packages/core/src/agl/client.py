@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import time
 from collections.abc import Iterator, Sequence
@@ -199,6 +200,24 @@ class Client:
 
     def publish_model_version(self, mv: ModelVersionIn) -> ModelVersion:
         return ModelVersion.model_validate(self._call("POST", "/model_versions", _json(mv)))
+
+    def proxy_usage(self) -> dict[str, Any]:
+        """The proxy's upstream use so far: `in_flight`, `busy_s`, `calls`, `completion_tokens`, `held`."""
+        return dict(self._call("GET", "/proxy/usage"))
+
+    @contextlib.contextmanager
+    def calls_held(self, *, drain_timeout_s: float = 600.0, max_hold_s: float = 3600.0) -> Iterator[dict[str, Any]]:
+        """Inside, no LLM call is in flight and new ones wait at the proxy (agl.server.call_gate): weights can
+        change in place and a version be published between calls. Released on leaving, whatever happened."""
+        params = {"drain_timeout_s": drain_timeout_s, "max_hold_s": max_hold_s}
+        # the drain can take as long as the longest call in flight: the wait is the server's, bounded by drain_timeout_s
+        resp = self._http.request("POST", API + "/proxy/hold", json={}, params=params, timeout=drain_timeout_s + 30)
+        _raise_for(resp)
+        held = dict(resp.json())
+        try:
+            yield held
+        finally:
+            self._call("POST", "/proxy/release", {})
 
     def add_spans(self, spans: Sequence[SpanIn]) -> int:
         return int(self._call("POST", "/spans", {"spans": _json(spans)})["stored"])

@@ -439,6 +439,37 @@ class Server:
         async def latest() -> ModelVersion | None:
             return self.proxy.model_version
 
+        @app.get(f"{API}/proxy/usage", tags=["models"])
+        async def proxy_usage() -> dict[str, Any]:
+            """The upstream's use so far: calls in flight, seconds with at least one in flight (`busy_s`), calls
+            answered and the tokens they generated, and whether new calls are held (the trainer's overlap figures)."""
+            meter = self.proxy.meter
+            return {
+                "in_flight": meter.in_flight,
+                "busy_s": meter.busy_s,
+                "calls": meter.calls,
+                "completion_tokens": meter.completion_tokens,
+                "held": self.proxy.gate.held,
+            }
+
+        @app.post(f"{API}/proxy/hold", tags=["models"])
+        async def hold_calls(
+            drain_timeout_s: float = Query(default=600.0, gt=0, le=86_400),
+            max_hold_s: float = Query(default=3600.0, gt=0, le=86_400),
+        ) -> Any:
+            """Hold new LLM calls and return once none is in flight (agl.server.call_gate): the trainer then
+            changes weights in place and publishes between calls. Released by `/proxy/release`, or after
+            `max_hold_s`. 504 when calls are still in flight after `drain_timeout_s` (the gate is open again)."""
+            try:
+                return await self.proxy.gate.hold(drain_timeout_s=drain_timeout_s, max_hold_s=max_hold_s)
+            except TimeoutError as exc:
+                return error_response(504, str(exc), "timeout")
+
+        @app.post(f"{API}/proxy/release", tags=["models"])
+        async def release_calls() -> dict[str, bool]:
+            self.proxy.gate.release()
+            return {"held": False}
+
         @app.get(f"{API}/export/llm_calls", tags=["export"], response_class=StreamingResponse)
         async def export(
             step: int | None = Query(default=None, ge=0, le=INT64_MAX), trainable_only: bool = True

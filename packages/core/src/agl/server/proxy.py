@@ -26,6 +26,7 @@ from starlette.responses import Response, StreamingResponse
 from agl import protocol
 from agl.schema import ModelVersion
 from agl.server import responses as responses_api
+from agl.server.call_gate import CallGate, CallMeter
 from agl.server.call_record import MAX_JSON_DEPTH, CallRecord, request_problem, too_deep
 from agl.store import Store
 from agl.tracing import attributes as attr
@@ -68,6 +69,8 @@ class LLMProxy:
         self.upstream = upstream
         self.served_model = served_model
         self.model_version: ModelVersion | None = store.latest_model_version()
+        self.meter = CallMeter()
+        self.gate = CallGate(self.meter)  # closed by a trainer while it changes weights in place (call_gate)
         self._token_ids_rejected = upstream.token_ids == "never"
         self._session: aiohttp.ClientSession | None = None
         # what the upstream serves (its /v1/models), asked at the first call and again at most every 30 s while it
@@ -178,6 +181,7 @@ class LLMProxy:
         return self.upstream.token_ids == "auto" and status == 400 and TOKEN_ID_PARAM.encode() in content
 
     def _store(self, rec: CallRecord, *, stream: bool) -> Future[None] | None:
+        self.meter.leave(rec, len(rec.response_ids or []))  # every forwarded call ends here, once, whatever happened
         try:
             call = rec.to_call(stream=stream)
         except Exception as exc:
@@ -280,13 +284,19 @@ class LLMProxy:
         wrong_model = await self.model_problem(body)
         if wrong_model is not None:
             return openai_error(400, wrong_model, "invalid_request_error", "model_not_found")
+        await self.gate.passed()  # before the model version is read: a held call goes to the next version
         rec = CallRecord(body, rollout_id, attempt_id, self.store.next_llm_seq(attempt_id), request.headers)
+        self.meter.enter(rec)
         rec.mode = owner[1]
         rec.route, rec.client_stream = route, client_stream
         seq_header = {attr.HEADER_LLM_SEQ: str(rec.seq)}
-        if body.get("stream"):
-            return await self._stream(rec, seq_header)
-        return await self._complete(rec, seq_header, request)
+        try:
+            if body.get("stream"):
+                return await self._stream(rec, seq_header)
+            return await self._complete(rec, seq_header, request)
+        except BaseException:
+            self.meter.leave(rec, 0)  # a failure no path stored: not in flight any more either
+            raise
 
     async def _post(self, rec: CallRecord) -> aiohttp.ClientResponse:
         """POST to the upstream; the caller reads and releases the answer."""
