@@ -131,6 +131,17 @@ def write_run(run_dir: Path, *, steps: int = 2, per_step: int = 4, extra_queued:
         (run_dir / "transitions" / f"step-{step}.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
     metrics = [{"kind": "eval", "step": 0, "accuracy": 0.25}]
     metrics += [{"kind": "train", "step": s, "reward_mean": 0.5 + 0.1 * s, "success_rate": 0.5} for s in range(steps)]
+    # the last step overlapped its update (max_staleness 1) with the off-policy correction on
+    metrics[-1].update(
+        transitions=4,
+        staleness={"0": 3, "1": 1},
+        update_is_weight_mean=0.9981,
+        update_is_weight_max=1.3125,
+        engine_busy=0.91,
+        trainer_busy=0.62,
+        tokens_per_s=118.4,
+        step_s=4.52,
+    )
     metrics += [{"kind": "eval", "step": steps, "accuracy": 0.5}]
     (run_dir / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in metrics))
     return ids

@@ -47,6 +47,18 @@ def test_the_overview_counts_the_run_and_embeds_the_curve(run: tuple[ServerProce
     assert counts["rollouts"] == 120 and counts["llm_calls"] == 8
 
 
+def test_the_overview_lists_the_training_steps_with_staleness_and_importance_weights(
+    run: tuple[ServerProcess, dict[str, list[str]]],
+) -> None:
+    server, _ = run
+    table = get(server, "/ui").text.split("<table id=steps>", 1)[1].split("</table>", 1)[0]
+    rows = re.findall(r"<tr>(.*?)</tr>", table.split("<tbody>", 1)[1])
+    cells = [re.findall(r"<td>(.*?)</td>", row) for row in rows]
+    assert [c[0] for c in cells] == ["0", "1"]
+    assert cells[1] == ["1", "0.600", "4", "0:3 1:1", "0.998", "1.31", "91%", "62%", "118", "4.5"]
+    assert cells[0][3:] == [""] * 7  # a step that reported none of it: empty cells, not zeros
+
+
 @pytest.mark.parametrize(
     ("query", "expected"),
     [

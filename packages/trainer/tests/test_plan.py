@@ -158,3 +158,15 @@ def test_the_cli_prints_the_plan_and_exits_2_when_it_does_not_fit(tmp_path: Path
     assert "would not fit" in refused.stderr and "--gpus-per-node" in refused.stderr
     bad = run_plan("--model", str(MODELS / "Llama-3.2-3B-Instruct"), *common, "--verl-set", "actor.optim.nope=1")
     assert bad.returncode == 1 and "does not have: actor.optim.nope" in bad.stderr
+
+
+def test_overlap_is_planned_only_where_rollouts_can_run_during_updates(tmp_path: Path) -> None:
+    """max_staleness: on shared GPUs vLLM sleeps during each update, so the plan runs it as 0 and says how to
+    overlap (vLLM on GPUs of its own); the split layout keeps it."""
+    shared = plan("Qwen2.5-7B-Instruct", EIGHT, tmp_path, trainer_workers=8, max_staleness=1)
+    assert shared["placement"]["mode"] == "colocated" and shared["run"]["max_staleness"] == 0
+    (warning,) = [w for w in shared["warnings"] if "max_staleness" in w["message"]]
+    assert "sleeps during each update" in warning["message"] and warning["change"].startswith("--rollout-gpus")
+    split = plan("Qwen2.5-7B-Instruct", EIGHT, tmp_path, rollout_gpus=2, trainer_workers=6, max_staleness=1)
+    assert split["run"]["max_staleness"] == 1 and not any("max_staleness" in w["message"] for w in split["warnings"])
+    assert plan("Qwen2.5-7B-Instruct", EIGHT, tmp_path, trainer_workers=8)["run"]["max_staleness"] == 0

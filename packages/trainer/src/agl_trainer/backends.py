@@ -95,6 +95,10 @@ class RemoteAdapterEngine:
 
     The folder must be readable by the serving process (same machine or a shared filesystem)."""
 
+    # the previous version's adapter serves the calls routed to it while the next one loads: rollouts may run
+    # through an update and its publication (agl_trainer.loop holds no call for it)
+    serves_previous_version_while_loading = True
+
     def __init__(
         self, base_url: str, policy: PolicyTrainer, folder: str | Path, timeout_s: float = 300.0, server: Any = None
     ) -> None:

@@ -107,6 +107,7 @@ def _read_tasks(path: str, what: str) -> list[object]:
     "kl_coef",
     "is_cap",
     "is_mode",
+    "max_staleness",
     "workers",
     "concurrency",
     "device",

@@ -79,6 +79,9 @@ class TrainConfig:
     # checked by verl's dataclasses (agl_trainer.verl.settings)
     verl_set: tuple[str, ...] = ()
     policy: PolicyConfig = field(default_factory=PolicyConfig)
+    # rollouts of later steps run while a step updates (agl_trainer.pipeline): a call sampled by a policy more than
+    # this many versions older than the one being updated is never trained on. 0: rollouts, then the update
+    max_staleness: int = 0
     workers: int = 2
     concurrency: int = 8
     max_batch: int = 16
@@ -130,6 +133,8 @@ class TrainConfig:
             )
         if self.trainer != "verl" and self.verl_set:
             problems.append("verl_set changes verl's settings: give it with trainer 'verl'")
+        if int(self.max_staleness) < 0:
+            problems.append(f"max_staleness must be ≥ 0, got {self.max_staleness}")
         if int(self.rollout_gpus) < 0:
             problems.append(f"rollout_gpus must be ≥ 0, got {self.rollout_gpus}")
         if self.rollout_gpus and self.engine != "vllm":

@@ -118,6 +118,11 @@ SPECS: dict[str, Spec] = {
             "the cap (mis).",
             choices=lambda: ["tis", "mis"],
         ),
+        Spec(
+            "max_staleness",
+            "Rollouts of the next K steps run while a step updates; a call sampled by a policy more than K versions "
+            "older than the one updated is dropped (counted). 0: rollouts, then the update.",
+        ),
         Spec("workers", "Worker processes."),
         Spec("concurrency", "Rollouts at once per worker."),
         Spec("device", "cpu, cuda, ... or auto."),

@@ -296,6 +296,24 @@ def plan_run(req: PlanRequest) -> tuple[dict[str, Any], RunPlan]:
                 "change": "--engine vllm",
             }
         )
+    staleness = cfg.max_staleness
+    if staleness and vllm and layout.mode == "colocated":
+        staleness = 0
+        warnings.append(
+            {
+                "message": f"max_staleness {cfg.max_staleness} runs as 0: vLLM shares the GPUs with the trainer and "
+                "sleeps during each update, so no rollout can overlap one",
+                "change": "--rollout-gpus N (vLLM on GPUs of its own: rollouts run during updates)",
+            }
+        )
+    elif staleness and not vllm and cfg.engine_url is None:
+        warnings.append(
+            {
+                "message": "agl's embedded engine generates with the model being updated: rollouts wait during each "
+                "update, so max_staleness overlaps only the agents' own work with it",
+                "change": "--engine vllm --rollout-gpus N",
+            }
+        )
     tokens = _token_budget(req, shape, layout, ranks, longest)
     parts = update_memory(_update_setup(req, shape, tokens, ranks))
     phases = _phases(req, shape, layout, parts["total"])
@@ -327,6 +345,7 @@ def plan_run(req: PlanRequest) -> tuple[dict[str, Any], RunPlan]:
             "trainer_workers": ranks,
             "verl_actors": actors if cfg.trainer == "verl" else 0,
             "max_transition_tokens": longest,
+            "max_staleness": staleness,
         },
         "placement": {
             "mode": layout.mode,

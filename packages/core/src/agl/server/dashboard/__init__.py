@@ -45,7 +45,8 @@ def add_routes(app: FastAPI, server: Any) -> None:
     async def overview_page() -> Response:
         counts = await run_in_threadpool(queries.overview, store_path)
         curve = await run_in_threadpool(run_files.curve, run_dir)
-        return html(pages.overview(run_dir.name, counts, curve))
+        steps = await run_in_threadpool(run_files.steps, run_dir)
+        return html(pages.overview(run_dir.name, counts, curve, steps))
 
     @app.api_route("/ui/rollouts", methods=_PAGE_METHODS, include_in_schema=False)
     async def rollouts_page(

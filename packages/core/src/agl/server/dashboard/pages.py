@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from html import escape
 from typing import Any
 from urllib.parse import urlencode
@@ -57,7 +57,37 @@ def layout(title: str, body: str, *, active: str) -> str:
 # ------------------------------------------------------------------------------------------------ overview
 
 
-def overview(run_name: str, counts: Mapping[str, Any], curve: Mapping[str, list[list[float]]]) -> str:
+def _steps_table(steps: Sequence[Mapping[str, Any]]) -> str:
+    """The last training steps: reward, transitions, their staleness, the importance weights, overlap."""
+
+    def num(value: Any, fmt: str) -> str:
+        return format(value, fmt) if isinstance(value, (int, float)) else ""
+
+    def ages(value: Any) -> str:
+        return " ".join(f"{_e(k)}:{_e(v)}" for k, v in value.items()) if isinstance(value, dict) else ""
+
+    rows = "".join(
+        f"<tr><td>{_e(r['step'])}</td><td>{num(r['reward_mean'], '.3f')}</td><td>{num(r['transitions'], 'd')}</td>"
+        f"<td>{ages(r['staleness'])}</td><td>{num(r['update_is_weight_mean'], '.3f')}</td>"
+        f"<td>{num(r['update_is_weight_max'], '.2f')}</td><td>{num(r['engine_busy'], '.0%')}</td>"
+        f"<td>{num(r['trainer_busy'], '.0%')}</td><td>{num(r['tokens_per_s'], '.0f')}</td>"
+        f"<td>{num(r['step_s'], '.1f')}</td></tr>"
+        for r in steps
+    )
+    head = (
+        "<tr><th>step</th><th>reward</th><th>transitions</th><th title='transitions by how many versions older than "
+        "the updated policy their calls were sampled'>staleness</th><th>IS weight mean</th><th>IS weight max</th>"
+        "<th>engine busy</th><th>trainer busy</th><th>tokens/s</th><th>step (s)</th></tr>"
+    )
+    return f"<table id=steps><thead>{head}</thead><tbody>{rows}</tbody></table>"
+
+
+def overview(
+    run_name: str,
+    counts: Mapping[str, Any],
+    curve: Mapping[str, list[list[float]]],
+    steps: Sequence[Mapping[str, Any]] = (),
+) -> str:
     statuses = counts["rollouts_by_status"]
     cards = "".join(
         f'<a class="card {s.value}" href="/ui/rollouts?status={s.value}"><b data-count="{s.value}">'
@@ -87,7 +117,8 @@ def overview(run_name: str, counts: Mapping[str, Any], curve: Mapping[str, list[
         "<figcaption>train reward (mean), train success rate and held-out accuracy by step; "
         "updated while the run trains</figcaption>"
         f"<script type=application/json id=curve-data>{_json_for_script(curve)}</script></figure>"
-        "<h2>Model versions</h2>"
+        + ("<h2>Training steps</h2>" + _steps_table(steps) if steps else "")
+        + "<h2>Model versions</h2>"
         + (
             f"<table><thead><tr><th>version</th><th>name</th><th>served as</th><th>published</th></tr></thead>"
             f"<tbody>{versions}</tbody></table>"

@@ -45,6 +45,28 @@ def curve(run_dir: Path) -> dict[str, list[list[float]]]:
     return series
 
 
+STEP_COLUMNS = (
+    "step",
+    "reward_mean",
+    "transitions",
+    "staleness",
+    "update_is_weight_mean",
+    "update_is_weight_max",
+    "engine_busy",
+    "trainer_busy",
+    "tokens_per_s",
+    "step_s",
+)
+
+
+def steps(run_dir: Path, last: int = 20) -> list[dict[str, Any]]:
+    """The last training steps' rows, with what shows how they trained: the staleness of the calls trained on
+    (transitions by versions behind the updated policy), the importance weights of the off-policy correction, how
+    busy the engine and the trainer were."""
+    rows = [r for r in metrics(run_dir) if r.get("kind") == "train"][-last:]
+    return [{k: r.get(k) for k in STEP_COLUMNS} for r in rows]
+
+
 def transitions(run_dir: Path, rollout_id: str, step: int | None) -> list[dict[str, Any]]:
     """The trained calls of a rollout with their reward, return, advantage and weight, from its step's file."""
     if step is None:
