@@ -118,6 +118,10 @@ def test_a_hold_that_cannot_drain_in_time_is_refused_and_calls_flow(gated: tuple
     with pytest.raises(AglHTTPError, match=r"still in flight after 0\.05 s"), client.calls_held(drain_timeout_s=0.05):
         pass
     assert client.proxy_usage()["held"] is False
+    for bad in ({"max_hold_s": 0}, {"drain_timeout_s": -1}, {"max_hold_s": "soon"}):
+        refused = httpx.post(f"{server.url}/api/v1/proxy/hold", params=bad, json={})
+        assert refused.status_code == 422 and next(iter(bad)) in refused.json()["error"]["message"]
+    assert client.proxy_usage()["held"] is False
     chat(base, answers)  # not held: answered in about one delay
     running.join(10)
     assert len(answers) == 2

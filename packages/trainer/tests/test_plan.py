@@ -170,3 +170,6 @@ def test_overlap_is_planned_only_where_rollouts_can_run_during_updates(tmp_path:
     split = plan("Qwen2.5-7B-Instruct", EIGHT, tmp_path, rollout_gpus=2, trainer_workers=6, max_staleness=1)
     assert split["run"]["max_staleness"] == 1 and not any("max_staleness" in w["message"] for w in split["warnings"])
     assert plan("Qwen2.5-7B-Instruct", EIGHT, tmp_path, trainer_workers=8)["run"]["max_staleness"] == 0
+    # vLLM on GPUs of its own that would idle during updates: the plan says how not to
+    idle = plan("Qwen2.5-7B-Instruct", EIGHT, tmp_path, rollout_gpus=2, trainer_workers=6)
+    assert any(w["change"].startswith("--max-staleness 1") for w in idle["warnings"])

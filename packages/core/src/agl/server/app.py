@@ -459,11 +459,11 @@ class Server:
         ) -> Any:
             """Hold new LLM calls and return once none is in flight (agl.server.call_gate): the trainer then
             changes weights in place and publishes between calls. Released by `/proxy/release`, or after
-            `max_hold_s`. 504 when calls are still in flight after `drain_timeout_s` (the gate is open again)."""
+            `max_hold_s`. 409 when calls are still in flight after `drain_timeout_s` (the gate is open again)."""
             try:
                 return await self.proxy.gate.hold(drain_timeout_s=drain_timeout_s, max_hold_s=max_hold_s)
             except TimeoutError as exc:
-                return error_response(504, str(exc), "timeout")
+                return error_response(409, str(exc), "conflict")
 
         @app.post(f"{API}/proxy/release", tags=["models"])
         async def release_calls() -> dict[str, bool]:

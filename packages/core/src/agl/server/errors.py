@@ -53,7 +53,8 @@ _ANSWERS = {
     401: "missing or wrong bearer token (servers started with --token)",
     403: "a cross-site request, or an attempt's credential used beyond its own attempt",
     404: "the rollout, attempt or task does not exist",
-    409: "the attempt or rollout is in a state that refuses this (ended, taken over, cancelled)",
+    409: "the attempt or rollout is in a state that refuses this (ended, taken over, cancelled); LLM calls still "
+    "in flight when a hold's drain time ran out",
     413: "the body (or what it inflates to) is over --max-body-mb",
     415: "wrong content type or encoding",
     422: "a field failed validation: the message names it",
@@ -70,6 +71,7 @@ _EXTRA = {
     "/api/v1/rewards": (404, 409),
     "/api/v1/spans": (404,),
     "/rollout/{rollout_id}/attempt/{attempt_id}/v1/chat/completions": (404, 409),
+    "/api/v1/proxy/hold": (409,),
 }
 
 

@@ -306,6 +306,14 @@ def plan_run(req: PlanRequest) -> tuple[dict[str, Any], RunPlan]:
                 "change": "--rollout-gpus N (vLLM on GPUs of its own: rollouts run during updates)",
             }
         )
+    elif not staleness and vllm and layout.mode == "split":
+        warnings.append(
+            {
+                "message": "vLLM has GPUs of its own but idles during each update (max_staleness 0); rollouts of the "
+                "next step could run meanwhile",
+                "change": "--max-staleness 1 --is-cap 2 (README: rollouts overlapping updates)",
+            }
+        )
     elif staleness and not vllm and cfg.engine_url is None:
         warnings.append(
             {
