@@ -163,3 +163,28 @@ def test_k1_with_the_embedded_engine_holds_calls_around_each_update(tmp_path: Pa
     late = [(v, end, published[v + 1]) for v, end in answered if v + 1 in published and end > published[v + 1]]
     assert not late, late
     assert all(row["staleness"].keys() <= {"0", "1"} for row in rows)
+
+
+def test_k1_with_the_verl_trainer(tmp_path: Path, tiny: Path) -> None:
+    """`--trainer verl --max-staleness 1 --is-cap 2`: verl's worker updates while the next step's rollouts run (the
+    embedded engine, given verl's weights after each update under the hold); the staleness is bounded the same
+    way and the off-policy correction's weights are reported."""
+    import importlib.util
+    import os
+
+    if importlib.util.find_spec("verl") is None:
+        if os.environ.get("AGL_SKIP_VERL_TESTS"):
+            pytest.skip('AGL_SKIP_VERL_TESTS is set and verl is not installed (pip install "agl-trainer[verl]")')
+        pytest.fail('verl is not installed: pip install "agl-trainer[verl]" (make install does)')
+    run_dir = tmp_path / "run"
+    cfg = dataclasses.replace(
+        config(run_dir, tiny, 1, None), steps=2, trainer="verl", policy=PolicyConfig(lr=1e-2, is_cap=2.0)
+    )
+    TrainingRun(cfg).run()
+    version_steps, trainable, rows = stored(run_dir)
+    ages = ages_by_step(version_steps, trainable)
+    assert set(ages) == {0, 1} and set(ages[0]) == {0} and set(ages[1]) <= {0, 1}, ages
+    assert ages[1][1] > 0, ages  # step 2's rollouts began under version 1
+    for row in rows:
+        assert row["staleness"] == {str(a): n for a, n in sorted(ages[row["step"]].items())}
+        assert row["update_is_weight_mean"] > 0 and row["update_is_weight_max"] >= row["update_is_weight_mean"]

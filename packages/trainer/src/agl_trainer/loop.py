@@ -26,6 +26,7 @@ import contextlib
 import json
 import logging
 import math
+import os
 import random
 import shutil
 import subprocess
@@ -169,6 +170,7 @@ class TrainingRun:
             # it gets our weights now, and its log-probs are checked against ours
             if self.sharing is not None:
                 self.sharing.policy = cast(Any, self.policy)
+            cpu_threads = self._split_cores_with_vllm() if cfg.engine == "vllm" and vllm is None else 0
             backend, upstream, where = open_remote_engine(
                 url=cfg.engine_url,
                 vllm_python=cfg.vllm_python,
@@ -182,6 +184,7 @@ class TrainingRun:
                 stack=stack,
                 server=vllm,
                 sharing=self.sharing,
+                cpu_threads=cpu_threads,
             )
             self.inference: InferenceBackend = backend
             self.weights_lock: contextlib.AbstractContextManager[Any] = contextlib.nullcontext()
@@ -217,6 +220,26 @@ class TrainingRun:
         # a LoRA adapter per version keeps the previous version serving while the next one loads; the embedded
         # engine's model and a full-weights reload change under the calls in flight, so those are held meanwhile
         self.hold_calls = not getattr(self.inference, "serves_previous_version_while_loading", False)
+
+    def _split_cores_with_vllm(self) -> int:
+        """vLLM's OpenMP threads on a CPU. With overlap, generation and the update run at once on the same cores:
+        each gets half (measured on 2 cores: with both on every core, OpenMP's threads contend and generation fell
+        from ~50 to 1-3 tokens/s while the update ran). Without overlap they take turns, and each has them all."""
+        import torch
+
+        cores = os.cpu_count() or 1
+        if not self.config.max_staleness or str(self._policy_device()).startswith("cuda") or cores < 2:
+            return 0
+        engine = cores // 2
+        torch.set_num_threads(cores - engine)
+        self.console.print(
+            f"max staleness {self.config.max_staleness} on a CPU: vLLM generates on {engine} of {cores} cores while the "
+            f"trainer updates on {cores - engine}"
+        )
+        return engine
+
+    def _policy_device(self) -> str:
+        return str(getattr(self.policy, "device", self.config.device))
 
     def _gpu_plan(self) -> RunPlan | None:
         """On CUDA, the run's plan (agl_trainer.plan), written to `plan.json`; a plan that does not fit stops the

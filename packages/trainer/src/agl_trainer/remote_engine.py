@@ -42,6 +42,7 @@ def start_vllm(
     lora_rank: int = 16,
     full_weights_reload: bool = False,
     cpu_layout: bool = True,
+    cpu_threads: int = 0,
     console: Console | None = None,
 ) -> VLLMServer:
     """A vLLM server for `model_path` that renders prompts exactly as agl does; stop it with `.stop()`."""
@@ -55,6 +56,7 @@ def start_vllm(
         lora_rank=lora_rank,
         full_weights_reload=full_weights_reload,
         cpu_layout=cpu_layout,
+        cpu_threads=cpu_threads,
         chat_template=engine_chat_template(tokenizer),
         default_max_tokens=DEFAULT_MAX_TOKENS,
     )
@@ -74,10 +76,12 @@ def open_remote_engine(
     stack: ExitStack,
     server: VLLMServer | None = None,
     sharing: Colocation | None = None,
+    cpu_threads: int = 0,
 ) -> tuple[InferenceBackend, str, str]:
     """(the inference backend, the URL the proxy forwards to, a description). With `url` None: `server`, a vLLM
     server already started (on GPUs, before the trainer's model: agl_trainer.loop), or one started here (and
-    stopped by `stack`). `sharing`: vLLM and the trainer take turns on the GPUs (agl_trainer.colocation)."""
+    stopped by `stack`). `sharing`: vLLM and the trainer take turns on the GPUs (agl_trainer.colocation).
+    `cpu_threads`: on a CPU, the OpenMP threads of the vLLM server started here (0: every core)."""
     if url is None and server is None and not policy.config.lora and str(policy.device) == "cpu":
         raise EngineError(FULL_WEIGHTS_ON_CPU)
     if server is not None:
@@ -95,6 +99,7 @@ def open_remote_engine(
             lora_adapters=(len(set(policy.agent_adapters.values())) or 1) if policy.config.lora else 0,
             lora_rank=policy.config.lora_rank,
             full_weights_reload=not policy.config.lora,
+            cpu_threads=cpu_threads,
             console=console,
         )
         stack.callback(server.stop)
