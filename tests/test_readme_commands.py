@@ -1,4 +1,4 @@
-"""Every `agl` command the READMEs show parses: each `bash` block's `agl …` lines are given to the command line's
+"""Every `agl` command the READMEs and the documentation site show parses: each `bash` block's `agl …` lines are given to the command line's
 own parser (the real `agl` group, its plugins `train` and `bench` included), so an option that does not exist or
 an argument too many fails here, not in a new user's shell (issue #29, friction 5). Values are not checked (a
 README writes `tasks.jsonl` for a file the reader has); every `python` block must compile.
@@ -18,7 +18,15 @@ import pytest
 from agl.cli.main import cli
 
 REPO = Path(__file__).resolve().parents[1]
-READMES = sorted([REPO / "README.md", *REPO.glob("packages/*/README.md"), REPO / "benchmarks" / "README.md"])
+# the READMEs and the documentation site's pages (docs/, `make docs`)
+READMES = sorted(
+    [
+        REPO / "README.md",
+        *REPO.glob("packages/*/README.md"),
+        REPO / "benchmarks" / "README.md",
+        *REPO.glob("docs/**/*.md"),
+    ]
+)
 FENCE = re.compile(r"^```(\w+)[^\n]*\n(.*?)^```", re.M | re.S)
 
 

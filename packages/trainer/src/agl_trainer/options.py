@@ -134,6 +134,33 @@ SPECS: dict[str, Spec] = {
 }
 
 
+# What the keys without a flag of their own mean: option files and recipes set them (the reference lists both)
+FILE_ONLY_KEYS: dict[str, str] = {
+    "agent": "The agent to train, `module:function` or `path/file.py:function` (the command's AGENT wins).",
+    "train_tasks": "Training tasks: a list of task inputs, or a JSONL file's path (--tasks).",
+    "eval_tasks": "Held-out tasks: a list of task inputs, or a JSONL file's path (--eval-tasks).",
+    "air": "Automatic intermediate rewards (AIR) from tool-call status.",
+    "checkpoint_every": "Checkpoint every k steps (and after the last).",
+    "clip_low": "PPO clip range below 1 of the ratio π_θ / π_old.",
+    "clip_high": "PPO clip range above 1 (asymmetric: a higher cap keeps exploring tokens trainable).",
+    "gamma": "Discount of later rewards in credit assignment (1: none).",
+    "lora": "Train a LoRA adapter (false: every weight, as --full-finetune).",
+    "lora_rank": "LoRA rank.",
+    "lora_alpha": "LoRA scaling numerator (the update is scaled by alpha / rank).",
+    "lora_targets": "The modules LoRA adapts (their names in the model).",
+    "max_attempts": "Attempts per rollout before it fails (a crashed or timed-out attempt is retried).",
+    "max_batch": "The embedded engine's largest generation batch.",
+    "max_grad_norm": "Gradients are clipped to this norm.",
+    "max_transition_tokens": "Transitions longer than this (prompt + response) are left out, counted.",
+    "merge_prefixes": "Merge a chat's consecutive calls into one transition (the environment's tokens masked).",
+    "micro_batch_tokens": "Sequence tokens per forward/backward pass; gradients accumulate over passes.",
+    "rollout_timeout_s": "Seconds one attempt may run before the server fails it.",
+    "success_threshold": "A final reward at or above this counts as a success (train success rate, accuracy).",
+    "verl_set": "verl settings under actor_rollout_ref as KEY=VALUE strings, checked by verl (--verl-set).",
+    "weight_decay": "AdamW weight decay.",
+}
+
+
 def _dataclass_defaults() -> dict[str, Any]:
     from agl_trainer.config import PolicyConfig, TrainConfig
 

@@ -1,0 +1,141 @@
+"""MkDocs hook: the reference pages' generated parts, from the code itself at every build, never hand-copied.
+
+A page holds a marker comment where a part goes:
+
+- `<!-- agl:cli -->`: every `agl` command (built-in and those other agl packages register), its usage, help and
+  every option, walked through click as `agl --help` would;
+- `<!-- agl:rest -->`: every route of `agl serve`'s OpenAPI document, by tag;
+- `<!-- agl:options -->`: every key an option file (`agl train --config`) takes, with its flag, default and help.
+"""
+
+from __future__ import annotations
+
+import tempfile
+import warnings
+from pathlib import Path
+from typing import Any
+
+import click
+
+MARKERS = ("cli", "rest", "options")
+
+
+def on_page_markdown(markdown: str, page: Any, config: Any, files: Any) -> str:
+    for name in MARKERS:
+        marker = f"<!-- agl:{name} -->"
+        if marker in markdown:
+            markdown = markdown.replace(marker, GENERATORS[name]())
+    return markdown
+
+
+def _cell(text: Any) -> str:
+    return " ".join(str(text).split()).replace("|", "\\|")
+
+
+# ------------------------------------------------------------------------------------------------------ CLI
+
+
+def walk_commands(group: click.Group, prefix: str = "agl") -> list[tuple[str, click.Command]]:
+    """(`agl sub sub`, command) for every command under `group`, depth first, in `--help` order."""
+    ctx = click.Context(group, info_name=prefix)
+    out: list[tuple[str, click.Command]] = []
+    for name in group.list_commands(ctx):
+        command = group.get_command(ctx, name)
+        if command is None or command.hidden:
+            continue
+        path = f"{prefix} {name}"
+        out.append((path, command))
+        if isinstance(command, click.Group):
+            out += walk_commands(command, path)
+    return out
+
+
+def _option_row(param: click.Parameter) -> str:
+    assert isinstance(param, click.Option)
+    names = ", ".join(f"`{n}`" for n in [*param.opts, *param.secondary_opts])
+    if param.is_flag:
+        kind = "flag"
+    elif isinstance(param.type, click.Choice):
+        kind = " \\| ".join(f"`{c}`" for c in param.type.choices)
+    else:
+        kind = param.type.name
+    default = param.default
+    unset = type(default).__name__ == "Sentinel"  # click's "no default given"
+    shown = "" if unset or default in (None, (), False) or callable(default) else f"`{default}`"
+    return f"| {names} | {kind} | {shown} | {_cell(param.help or '')} |"
+
+
+def cli_reference() -> str:
+    from agl.cli.main import cli
+
+    parts = []
+    for path, command in walk_commands(cli):
+        ctx = click.Context(command, info_name=path)
+        usage = " ".join(command.collect_usage_pieces(ctx))
+        parts.append(f"### `{path}`\n\n```text\n{path} {usage}\n```\n\n{_dedent(command.help or '')}\n")
+        options = [
+            p for p in command.get_params(ctx) if isinstance(p, click.Option) and not p.hidden and p.name != "help"
+        ]
+        if options:
+            rows = "\n".join(_option_row(p) for p in options)
+            parts.append(f"| option | type | default | what |\n| --- | --- | --- | --- |\n{rows}\n")
+    return "\n".join(parts)
+
+
+def _dedent(text: str) -> str:
+    import inspect
+
+    return inspect.cleandoc(text).replace("\b\n", "")
+
+
+# ----------------------------------------------------------------------------------------------------- REST
+
+
+def rest_reference() -> str:
+    from agl.server.app import Server, ServerSettings
+
+    with tempfile.TemporaryDirectory(prefix="agl-docs-") as tmp:
+        server = Server(ServerSettings(run_dir=Path(tmp)))
+        try:
+            with warnings.catch_warnings():  # FastAPI names GET and HEAD /healthz alike; both are documented
+                warnings.simplefilter("ignore", UserWarning)
+                document = server.app.openapi()
+        finally:
+            server.store.close()
+    by_tag: dict[str, list[str]] = {}
+    for route, methods in document["paths"].items():
+        for method, op in methods.items():
+            tag = (op.get("tags") or ["other"])[0]
+            params = ", ".join(
+                f"`{p['name']}` ({p['in']}{', required' if p.get('required') else ''})"
+                for p in op.get("parameters", [])
+            )
+            body = op.get("requestBody", {}).get("content", {})
+            schema = next(iter(body.values()), {}).get("schema", {}) if body else {}
+            body_name = schema.get("$ref", "").rsplit("/", 1)[-1] or schema.get("type", "")
+            codes = ", ".join(sorted(op.get("responses", {})))
+            text = _cell(op.get("description") or op.get("summary") or "")
+            entry = f"| `{method.upper()} {route}` | {text} | {params} | {f'`{body_name}`' if body_name else ''} | {codes} |"
+            by_tag.setdefault(tag, []).append(entry)
+    head = "| route | what | parameters | body | answers |\n| --- | --- | --- | --- | --- |"
+    return "\n".join(f"### {tag}\n\n{head}\n" + "\n".join(rows) + "\n" for tag, rows in sorted(by_tag.items()))
+
+
+# -------------------------------------------------------------------------------------------------- options
+
+
+def options_reference() -> str:
+    from agl_trainer.options import FILE_ONLY_KEYS, SPECS, _dataclass_defaults, known_keys
+
+    defaults = _dataclass_defaults()
+    rows = []
+    for key in sorted(known_keys()):
+        spec = SPECS.get(key)
+        flag = f"`{spec.option}`" if spec else "(option file only)"
+        default = defaults.get(key)
+        shown = "" if default in (None, (), []) else f"`{default}`"
+        rows.append(f"| `{key}` | {flag} | {shown} | {_cell(spec.help if spec else FILE_ONLY_KEYS[key])} |")
+    return "| key | flag | default | what |\n| --- | --- | --- | --- |\n" + "\n".join(rows) + "\n"
+
+
+GENERATORS = {"cli": cli_reference, "rest": rest_reference, "options": options_reference}
