@@ -74,7 +74,9 @@ def cli_reference() -> str:
         usage = " ".join(command.collect_usage_pieces(ctx))
         parts.append(f"### `{path}`\n\n```text\n{path} {usage}\n```\n\n{_dedent(command.help or '')}\n")
         options = [
-            p for p in command.get_params(ctx) if isinstance(p, click.Option) and not p.hidden and p.name != "help"
+            p
+            for p in command.get_params(ctx)
+            if isinstance(p, click.Option) and not p.hidden and p is not command.get_help_option(ctx)
         ]
         if options:
             rows = "\n".join(_option_row(p) for p in options)
