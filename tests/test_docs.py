@@ -92,3 +92,12 @@ def test_the_site_builds_strict_and_a_broken_link_fails_it(tmp_path: Path) -> No
         [MKDOCS, "build", "--strict", "--site-dir", str(site)], cwd=tmp_path, env=env, capture_output=True, text=True
     )
     assert broken.returncode != 0 and "nowhere.md" in broken.stderr, broken.stderr[-3000:]
+
+
+def test_the_readme_is_a_front_page_that_links_into_the_site() -> None:
+    text = (REPO / "README.md").read_text()
+    assert len(text.splitlines()) <= 150
+    linked = set(re.findall(r"\]\((docs/[^)#]+\.md)", text))
+    assert linked and all((REPO / page).is_file() for page in linked), sorted(linked)
+    pages = {str(p.relative_to(REPO)) for p in (REPO / "docs").rglob("*.md") if "_hooks" not in p.parts}
+    assert pages - {"docs/index.md"} <= linked, sorted(pages - linked)  # every page is reachable from the front page
