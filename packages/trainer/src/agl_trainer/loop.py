@@ -104,7 +104,7 @@ class TrainingRun:
         self.pending: dict[int, list[str]] = {}  # rollouts enqueued per training step, not yet trained on
         self.version_steps: dict[int, int] = {}  # each published model version → the step whose rollouts it served
         self.max_staleness = config.max_staleness  # the run's own: 0 where nothing may generate during an update
-        self.hold_calls = False  # whether the engine changes weights in place (set by _start)
+        self.hold_calls = False  # hold calls around each update: the engine changes weights in place (_choose_overlap)
         # weights the update changed that the engine's copy of the model does not share yet (verl trains elsewhere)
         self._sync_engine: Callable[[], None] | None = None
 
