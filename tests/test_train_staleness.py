@@ -12,8 +12,6 @@ from __future__ import annotations
 import dataclasses
 import json
 import sqlite3
-import subprocess
-import sys
 from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
@@ -27,6 +25,7 @@ from agl.transitions import build_episodes
 from agl_trainer.loop import TrainConfig, TrainingRun
 from agl_trainer.models import build_tiny_llama
 from agl_trainer.policy import PolicyConfig
+from agl_trainer.remote_engine import agl_engine
 from agl_trainer.staleness import keep_fresh, stale_reason
 
 pytestmark = pytest.mark.slow
@@ -42,19 +41,8 @@ def tiny(tmp_path_factory: pytest.TempPathFactory) -> Path:
 @pytest.fixture(scope="module")
 def engine_url(tiny: Path) -> Iterator[str]:
     """An `agl engine` in another process: it keeps serving the previous version's adapter while the next loads."""
-    from agl.processes import read_ready_line
-
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "agl.cli.main", "engine", f"--model={tiny}", "--port=0", "--device=cpu"],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.DEVNULL,
-        text=True,
-    )
-    try:
-        yield read_ready_line(proc, "AGL_ENGINE_READY", 120)
-    finally:
-        proc.terminate()
-        proc.wait(20)
+    with agl_engine(tiny) as url:
+        yield url
 
 
 def config(run_dir: Path, model: Path, k: int, engine_url: str | None) -> TrainConfig:

@@ -15,8 +15,6 @@ from __future__ import annotations
 
 import argparse
 import concurrent.futures
-import subprocess
-import sys
 import tempfile
 import time
 from collections.abc import Callable, Iterator
@@ -27,11 +25,10 @@ from typing import Any
 import httpx
 from _common import report
 
-from agl.processes import read_ready_line
 from agl_trainer.examples import calculator
 from agl_trainer.models import load_model, resolve_model
 from agl_trainer.policy import PolicyConfig, wrap_lora
-from agl_trainer.remote_engine import start_vllm
+from agl_trainer.remote_engine import agl_engine, start_vllm
 
 QUESTIONS = 16
 CONCURRENT = 8
@@ -91,15 +88,8 @@ def tokens_per_second(url: str, model: str, repeats: int) -> float:
 
 @contextmanager
 def embedded_engine(logs: Path) -> Iterator[tuple[str, str]]:
-    log = (logs / "engine.log").open("w")
-    cmd = [sys.executable, "-m", "agl.cli.main", "engine", "--model=bundled", "--port=0", "--device=cpu"]
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=log, text=True)
-    try:
-        yield read_ready_line(proc, "AGL_ENGINE_READY", 600), "base"
-    finally:
-        proc.terminate()
-        proc.wait(30)
-        log.close()
+    with agl_engine("bundled", log_path=logs / "engine.log", timeout_s=600) as url:
+        yield url, "base"
 
 
 def vllm(agl_layout: bool) -> Callable[[Path], Any]:

@@ -15,7 +15,6 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-import sys
 import time
 from contextlib import ExitStack
 from dataclasses import asdict, dataclass, field
@@ -26,7 +25,7 @@ from rich.console import Console
 from rich.table import Table
 
 from agl.client import Client
-from agl.processes import read_ready_line, start_server, start_worker
+from agl.processes import start_server, start_worker
 from agl.schema import RolloutDetail
 from agl_bench.results import read_outcome
 from agl_bench.task import BenchTask
@@ -105,14 +104,13 @@ def start_model(spec: ModelSpec, stack: ExitStack, log_dir: Path, console: Conso
         raise ValueError(f"--model {spec.name!r} is neither 'embedded', an http(s) URL, nor a model folder")
     if spec.engine == "vllm":
         return _start_vllm(spec, model, stack, log_dir, console)
-    log = (log_dir / "engine.log").open("a")
-    stack.callback(log.close)
-    cmd = [sys.executable, "-m", "agl.cli.main", "engine", f"--model={model}", "--port=0"]
-    cmd += [f"--device={spec.device}", f"--max-batch={spec.max_batch}"]
+    from agl_trainer.remote_engine import agl_engine
+
     console.print(f"starting agl engine ({model}); its log: {log_dir / 'engine.log'}")
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=log, text=True)
-    stack.callback(_stop, proc)
-    return read_ready_line(proc, "AGL_ENGINE_READY", timeout=600), None
+    engine = agl_engine(
+        model, device=spec.device, max_batch=spec.max_batch, log_path=log_dir / "engine.log", timeout_s=600
+    )
+    return stack.enter_context(engine), None
 
 
 def _start_vllm(spec: ModelSpec, model: str, stack: ExitStack, log_dir: Path, console: Console) -> tuple[str, str]:

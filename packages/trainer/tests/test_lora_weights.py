@@ -4,8 +4,6 @@ separate `agl engine` process while it serves (vLLM's `/v1/load_lora_adapter` ro
 from __future__ import annotations
 
 import dataclasses
-import subprocess
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -15,10 +13,10 @@ import pytest
 import torch
 from test_policy import sample
 
-from agl.processes import read_ready_line
 from agl_trainer.engine import BASE_MODEL, Engine, GenerationRequest
 from agl_trainer.models import load_model
 from agl_trainer.policy import PolicyConfig, PolicyTrainer, agent_adapters, wrap_lora
+from agl_trainer.remote_engine import agl_engine
 
 QUESTION = [{"role": "user", "content": "Say something."}]
 
@@ -87,18 +85,8 @@ def test_engine_serves_each_adapter_and_the_base_model_by_name(tiny_model_dir: P
 
 @pytest.fixture
 def engine_process(tiny_model_dir: Path, tmp_path: Path) -> Iterator[str]:
-    log = tmp_path / "engine.log"
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "agl.cli.main", "engine", f"--model={tiny_model_dir}", "--port=0", "--device=cpu"],
-        stdout=subprocess.PIPE,
-        stderr=open(log, "w"),  # noqa: SIM115
-        text=True,
-    )
-    try:
-        yield read_ready_line(proc, "AGL_ENGINE_READY", 120)
-    finally:
-        proc.terminate()
-        proc.wait(20)
+    with agl_engine(tiny_model_dir, log_path=tmp_path / "engine.log") as url:
+        yield url
 
 
 def saved_adapter(tiny_model_dir: Path, folder: Path, seed: int) -> tuple[Path, list[float], list[int]]:

@@ -4,9 +4,12 @@ served policy checks that its log-probs are the trainer's at the sampling temper
 
 from __future__ import annotations
 
-from contextlib import ExitStack
+import subprocess
+import sys
+from collections.abc import Iterator
+from contextlib import ExitStack, contextmanager
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 import torch
 from rich.console import Console
@@ -28,6 +31,36 @@ FULL_WEIGHTS_ON_CPU = (
     "weights after reload_weights (log-probs 0.019 per token off the trainer's after one update). Train a LoRA "
     "policy (drop --full-finetune), or full-finetune with the embedded engine (drop --engine vllm)"
 )
+
+
+@contextmanager
+def agl_engine(
+    model: str | Path,
+    *,
+    device: str = "cpu",
+    max_batch: int | None = None,
+    log_path: Path | None = None,
+    timeout_s: float = 120.0,
+) -> Iterator[str]:
+    """`agl engine` serving `model` in a child process: its base URL (ending in /v1) once it accepts requests.
+    Its stderr goes to `log_path` (appended), else nowhere; it is stopped on leaving, killed if it lingers."""
+    from agl.processes import read_ready_line
+
+    cmd = [sys.executable, "-m", "agl.cli.main", "engine", f"--model={model}", "--port=0", f"--device={device}"]
+    if max_batch is not None:
+        cmd.append(f"--max-batch={max_batch}")
+    with ExitStack() as stack:
+        log: IO[str] | int = stack.enter_context(log_path.open("a")) if log_path else subprocess.DEVNULL
+        proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=log, text=True)
+        try:
+            yield read_ready_line(proc, "AGL_ENGINE_READY", timeout_s)
+        finally:
+            proc.terminate()
+            try:
+                proc.wait(30)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
 
 
 def start_vllm(
