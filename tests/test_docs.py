@@ -45,21 +45,12 @@ def test_the_cli_reference_has_every_command_and_every_option() -> None:
 
 
 def test_the_rest_reference_has_every_route_and_the_options_every_key() -> None:
-    from agl.server.app import Server, ServerSettings
     from agl_trainer.options import known_keys
 
     reference = hook()
     rest = reference.rest_reference()
-    server = Server(ServerSettings(run_dir=REPO / "runs" / "docs-test-store"))
-    try:
-        import warnings
-
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore", UserWarning)
-            paths = server.app.openapi()["paths"]
-    finally:
-        server.store.close()
-        shutil.rmtree(REPO / "runs" / "docs-test-store", ignore_errors=True)
+    paths = reference.openapi_document()["paths"]
+    assert len(paths) > 20
     for route, methods in paths.items():
         for method in methods:
             assert f"`{method.upper()} {route}`" in rest

@@ -93,7 +93,8 @@ def _dedent(text: str) -> str:
 # ----------------------------------------------------------------------------------------------------- REST
 
 
-def rest_reference() -> str:
+def openapi_document() -> dict[str, Any]:
+    """`agl serve`'s OpenAPI document, from a server on a throw-away store."""
     from agl.server.app import Server, ServerSettings
 
     with tempfile.TemporaryDirectory(prefix="agl-docs-") as tmp:
@@ -101,11 +102,14 @@ def rest_reference() -> str:
         try:
             with warnings.catch_warnings():  # FastAPI names GET and HEAD /healthz alike; both are documented
                 warnings.simplefilter("ignore", UserWarning)
-                document = server.app.openapi()
+                return dict(server.app.openapi())
         finally:
             server.store.close()
+
+
+def rest_reference() -> str:
     by_tag: dict[str, list[str]] = {}
-    for route, methods in document["paths"].items():
+    for route, methods in openapi_document()["paths"].items():
         for method, op in methods.items():
             tag = (op.get("tags") or ["other"])[0]
             params = ", ".join(

@@ -474,13 +474,10 @@ class TrainingRun:
                 update = update_and_publish(
                     cast(Any, self.policy), self.inference, transitions, self.sharing, after_update=self._sync_engine
                 )
-            if self.hold_calls:
-                self._publish(step + 1)
+            self._publish(step + 1)
         t_update = time.monotonic() - t_update
         give_back()  # the update's freed activations go back to the system, not into glibc's heaps
         self._write_transitions(step, transitions)
-        if not self.hold_calls:
-            self._publish(step + 1)
         step_s = time.monotonic() - t_start
         usage = self.client.proxy_usage()
         statuses = Counter(r.status.value for r in rollouts)

@@ -44,9 +44,8 @@ def add_routes(app: FastAPI, server: Any) -> None:
     @app.api_route("/ui", methods=_PAGE_METHODS, include_in_schema=False)
     async def overview_page() -> Response:
         counts = await run_in_threadpool(queries.overview, store_path)
-        curve = await run_in_threadpool(run_files.curve, run_dir)
-        steps = await run_in_threadpool(run_files.steps, run_dir)
-        return html(pages.overview(run_dir.name, counts, curve, steps))
+        rows = await run_in_threadpool(run_files.metrics, run_dir)  # read once for the curve and the steps
+        return html(pages.overview(run_dir.name, counts, run_files.curve_of(rows), run_files.steps_of(rows)))
 
     @app.api_route("/ui/rollouts", methods=_PAGE_METHODS, include_in_schema=False)
     async def rollouts_page(

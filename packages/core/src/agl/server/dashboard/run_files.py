@@ -31,8 +31,12 @@ def metrics(run_dir: Path) -> list[dict[str, Any]]:
 
 def curve(run_dir: Path) -> dict[str, list[list[float]]]:
     """The learning curve's series as [step, value] points: train reward, train success rate, held-out accuracy."""
+    return curve_of(metrics(run_dir))
+
+
+def curve_of(rows: list[dict[str, Any]]) -> dict[str, list[list[float]]]:
     series: dict[str, list[list[float]]] = {"train_reward": [], "train_success": [], "eval_accuracy": []}
-    for row in metrics(run_dir):
+    for row in rows:
         step = row.get("step")
         if not isinstance(step, (int, float)):
             continue
@@ -59,12 +63,12 @@ STEP_COLUMNS = (
 )
 
 
-def steps(run_dir: Path, last: int = 20) -> list[dict[str, Any]]:
+def steps_of(rows: list[dict[str, Any]], last: int = 20) -> list[dict[str, Any]]:
     """The last training steps' rows, with what shows how they trained: the staleness of the calls trained on
     (transitions by versions behind the updated policy), the importance weights of the off-policy correction, how
     busy the engine and the trainer were."""
-    rows = [r for r in metrics(run_dir) if r.get("kind") == "train"][-last:]
-    return [{k: r.get(k) for k in STEP_COLUMNS} for r in rows]
+    train = [r for r in rows if r.get("kind") == "train"][-last:]
+    return [{k: r.get(k) for k in STEP_COLUMNS} for r in train]
 
 
 def transitions(run_dir: Path, rollout_id: str, step: int | None) -> list[dict[str, Any]]:
