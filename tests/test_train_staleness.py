@@ -108,8 +108,10 @@ def test_k1_trains_on_calls_one_version_old_and_none_older(tmp_path: Path, tiny:
         assert row["staleness"] == expected, (row["step"], row["staleness"], ages)
         assert row["transitions"] == sum(ages[row["step"]].values())
         assert not any("version" in reason for reason in row["dropped_calls"])
-        assert 0 < row["engine_busy"] <= 1 and 0 < row["trainer_busy"] < 1 and row["tokens_per_s"] > 0
+        # a step whose rollouts all finished while the step before it updated finds the engine idle: 0 is right
+        assert 0 <= row["engine_busy"] <= 1 and 0 < row["trainer_busy"] <= 1 and row["tokens_per_s"] >= 0
         assert row["rollout_wait_s"] <= row["step_s"]
+    assert any(r["engine_busy"] > 0 and r["tokens_per_s"] > 0 for r in rows)  # the engine was measured at all
 
     # the same calls with K = 0: those one version old are dropped, counted under the reason
     step = max(ages, key=lambda t: ages[t][1])
