@@ -90,9 +90,28 @@ def ages_by_step(version_steps: dict[int, int], trainable: list[Any]) -> dict[in
     return out
 
 
+def training_claimed_before_an_evaluation(run_dir: Path) -> list[tuple[int, str]]:
+    """(evaluation step, training rollout) for every training rollout claimed after an evaluation was queued but
+    before all of that evaluation's rollouts were claimed: there should be none."""
+    with Store(run_dir) as store:
+        rollouts, _ = store.list_rollouts(limit=1000)
+    late = []
+    for step in {r.step for r in rollouts if r.mode == "eval"}:
+        evaluation = [r for r in rollouts if r.mode == "eval" and r.step == step]
+        queued, last_claimed = min(r.created_at for r in evaluation), max(r.started_at or 0 for r in evaluation)
+        late += [
+            (step, r.id)
+            for r in rollouts
+            if r.mode == "train" and r.started_at is not None and queued < r.started_at < last_claimed
+        ]
+    return late
+
+
 def test_k1_trains_on_calls_one_version_old_and_none_older(tmp_path: Path, tiny: Path, engine_url: str) -> None:
     run_dir = tmp_path / "run"
-    TrainingRun(config(run_dir, tiny, 1, engine_url)).run()
+    # an evaluation after every step, queued while the next step's training rollouts are
+    TrainingRun(dataclasses.replace(config(run_dir, tiny, 1, engine_url), eval_every=1)).run()
+    assert not training_claimed_before_an_evaluation(run_dir)
     version_steps, trainable, rows = stored(run_dir)
     assert all(r.rollout.status.value == "succeeded" for r in trainable) and len(trainable) == STEPS * 8
     ages = ages_by_step(version_steps, trainable)

@@ -57,6 +57,15 @@ def call(rollout_id: str, attempt_id: str, seq: int) -> LLMCall:
     )
 
 
+def test_evaluation_rollouts_are_claimed_before_training_ones_queued_earlier(store: Store) -> None:
+    # the training rollouts of the next steps, queued first, as with --max-staleness ≥ 1
+    train = enqueue(store, n=3, mode="train", step=2)
+    evaluation = enqueue(store, n=2, mode="eval", step=1)
+    first = store.claim("w", 3, 30).result()
+    assert [c.rollout.id for c in first] == [*evaluation, train[0]]
+    assert [c.rollout.id for c in store.claim("w", 10, 30).result()] == train[1:]
+
+
 def test_life_cycle_and_final_reward(store: Store) -> None:
     ids = enqueue(store, n=3)
     claims = store.claim("w", 10, 30).result()

@@ -580,7 +580,9 @@ class TrainingRun:
 
     def _evaluate(self, step: int) -> float:
         cfg = self.config
+        started = time.monotonic()
         rollouts = self._run_rollouts(cfg.eval_tasks, n=1, mode="eval", step=step, label=f"eval @ {step}")
+        eval_s = time.monotonic() - started
         give_back()
         finals = [r.final_reward for r in rollouts]
         correct = sum(1 for v in finals if v is not None and v >= cfg.success_threshold)
@@ -594,6 +596,7 @@ class TrainingRun:
                 "reward_mean": _mean([v for v in finals if v is not None]),
                 "failed": sum(r.status.value == "failed" for r in rollouts),
                 "no_reward": sum(v is None for v in finals),
+                "eval_s": eval_s,
                 **self._memory_fields(),
                 "elapsed_min": (time.monotonic() - self.t0) / 60,
             }
@@ -601,7 +604,7 @@ class TrainingRun:
         self.metrics.samples(
             step, [_sample_row(t, r) for t, r in zip(cfg.eval_tasks[:SAMPLE_ROWS], rollouts[:SAMPLE_ROWS], strict=True)]
         )
-        self.console.print(f"[bold]eval after {step} steps: accuracy {accuracy:.3f} ({correct}/{len(rollouts)})[/]")
+        self.console.print(f"[bold]eval after {step} steps: accuracy {accuracy:.3f} ({correct}/{len(rollouts)})[/] in {eval_s:.0f}s")
         return accuracy
 
     # --------------------------------------------------------------------------- checkpoints

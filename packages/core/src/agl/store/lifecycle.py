@@ -110,9 +110,13 @@ def enqueue(conn: sqlite3.Connection, req: EnqueueRequest, now: float) -> list[R
 
 
 def claim(conn: sqlite3.Connection, worker_id: str, max_rollouts: int, lease_s: float, now: float) -> list[Claim]:
-    """Start an attempt on each of the oldest queued rollouts (at most `max_rollouts`), leased for `lease_s`."""
+    """Start an attempt on each of the oldest queued rollouts (at most `max_rollouts`), leased for `lease_s`.
+
+    Evaluation rollouts go first: with rollouts overlapping updates the training rollouts of the next steps are
+    already queued when an evaluation is, and the loop waits for the evaluation before it goes on."""
     queued = conn.execute(
-        "SELECT id, task_id, attempt_count FROM rollouts WHERE status=? ORDER BY created_at, rowid LIMIT ?",
+        "SELECT id, task_id, attempt_count FROM rollouts WHERE status=?"
+        " ORDER BY mode = 'train', created_at, rowid LIMIT ?",
         (_QUEUED, max_rollouts),
     ).fetchall()
     claims = []
