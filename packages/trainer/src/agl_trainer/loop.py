@@ -604,7 +604,9 @@ class TrainingRun:
         self.metrics.samples(
             step, [_sample_row(t, r) for t, r in zip(cfg.eval_tasks[:SAMPLE_ROWS], rollouts[:SAMPLE_ROWS], strict=True)]
         )
-        self.console.print(f"[bold]eval after {step} steps: accuracy {accuracy:.3f} ({correct}/{len(rollouts)})[/] in {eval_s:.0f}s")
+        self.console.print(
+            f"[bold]eval after {step} steps: accuracy {accuracy:.3f} ({correct}/{len(rollouts)})[/] in {eval_s:.0f}s"
+        )
         return accuracy
 
     # --------------------------------------------------------------------------- checkpoints
