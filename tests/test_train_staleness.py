@@ -90,21 +90,20 @@ def ages_by_step(version_steps: dict[int, int], trainable: list[Any]) -> dict[in
     return out
 
 
-def training_claimed_before_an_evaluation(run_dir: Path) -> list[tuple[int, str]]:
-    """(evaluation step, training rollout) for every training rollout claimed after an evaluation was queued but
-    before all of that evaluation's rollouts were claimed: there should be none."""
+def training_claimed_before_an_evaluation(run_dir: Path) -> list[tuple[str, str]]:
+    """(evaluation rollout, training rollout) for every training rollout claimed while an evaluation rollout was
+    queued: there should be none. (The loop enqueues an evaluation task by task, so a claim between two of them
+    rightly takes training rollouts after the first.)"""
     with Store(run_dir) as store:
         rollouts, _ = store.list_rollouts(limit=1000)
-    late = []
-    for step in {r.step for r in rollouts if r.mode == "eval"}:
-        evaluation = [r for r in rollouts if r.mode == "eval" and r.step == step]
-        queued, last_claimed = min(r.created_at for r in evaluation), max(r.started_at or 0 for r in evaluation)
-        late += [
-            (step, r.id)
-            for r in rollouts
-            if r.mode == "train" and r.started_at is not None and queued < r.started_at < last_claimed
-        ]
-    return late
+    claimed = [(r.mode, r.id, r.created_at, r.started_at) for r in rollouts if r.started_at is not None]
+    return [
+        (eval_id, train_id)
+        for mode, eval_id, queued, eval_claimed in claimed
+        if mode == "eval"
+        for other, train_id, _, train_claimed in claimed
+        if other == "train" and queued < train_claimed < eval_claimed
+    ]
 
 
 def test_k1_trains_on_calls_one_version_old_and_none_older(tmp_path: Path, tiny: Path, engine_url: str) -> None:
