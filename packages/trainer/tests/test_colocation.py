@@ -1,5 +1,7 @@
 """vLLM and the trainer taking turns on the same GPUs: the calls happen in the right order around an update and at
-start, against a recording stand-in of vLLM's server and a policy that records where its state is."""
+start, against a recording stand-in of vLLM's server and a policy that records where its state is (fast; the same
+sequences with verl's real worker group and a stand-in that behaves as vLLM's sleep mode are in
+test_colocation_verl.py)."""
 
 from __future__ import annotations
 
@@ -10,7 +12,7 @@ import pytest
 from vllm_stub import RecordingVllm
 
 from agl.transitions import Transition
-from agl_trainer.backends import EngineError, RemoteAdapterEngine
+from agl_trainer.backends import EngineError, RemoteAdapterEngine, RemoteWeightsEngine
 from agl_trainer.colocation import Colocation, TrainerTurnLogprobs, publish_first_weights, update_and_publish
 from agl_trainer.config import PolicyConfig
 from agl_trainer.policy import UpdateStats
@@ -68,7 +70,8 @@ def test_the_gpus_change_hands_in_order_at_start_and_around_each_update(tmp_path
             "vllm: POST /sleep?level=1",
             "policy: save v1",  # written from the trainer while it holds the GPUs
             "policy: to_host",
-            "vllm: POST /wake_up",
+            "vllm: POST /wake_up?tags=weights",  # verl's order: the weights, then the KV cache
+            "vllm: POST /wake_up?tags=kv_cache",
             "vllm: POST /v1/load_lora_adapter",  # given to vLLM once it is awake
         ]
         assert vllm.asleep is False and policy.on_gpu is False
@@ -81,7 +84,8 @@ def test_the_gpus_change_hands_in_order_at_start_and_around_each_update(tmp_path
             "policy: update",
             "policy: save v2",
             "policy: to_host",
-            "vllm: POST /wake_up",
+            "vllm: POST /wake_up?tags=weights",
+            "vllm: POST /wake_up?tags=kv_cache",
             "vllm: POST /v1/load_lora_adapter",
         ]
         # the engine check's trainer side runs on the trainer's turn, and hands the GPUs back
@@ -92,7 +96,8 @@ def test_the_gpus_change_hands_in_order_at_start_and_around_each_update(tmp_path
             "policy: to_device",
             "policy: logprobs",
             "policy: to_host",
-            "vllm: POST /wake_up",
+            "vllm: POST /wake_up?tags=weights",
+            "vllm: POST /wake_up?tags=kv_cache",
         ]
         engine.close()
         sharing.close()
@@ -112,3 +117,53 @@ def test_a_vllm_without_sleep_mode_is_named(tmp_path: Path) -> None:
     sharing = Colocation("http://127.0.0.1:9/v1", RecordingPolicy([]))  # nothing listens on port 9
     with pytest.raises(EngineError, match="/sleep failed"):
         sharing.sleep_engine()
+
+
+def test_full_weights_are_reloaded_between_waking_the_weights_and_the_kv_cache(tmp_path: Path) -> None:
+    """Level 2 discards vLLM's weights: the new ones are loaded into the woken weight memory before the KV cache
+    takes the rest, once (serve does not load them again); a turn that changes no weights sleeps at level 1."""
+    events: list[str] = []
+    policy = RecordingPolicy(events)
+    with RecordingVllm(events) as vllm:
+        sharing = Colocation(vllm.url, policy, level=2)
+        sharing.sleep_engine()
+
+        def save(target: Path) -> None:
+            events.append(f"policy: save {target.name}")
+            target.mkdir(parents=True)
+
+        engine = RemoteWeightsEngine(vllm.url, save, tmp_path / "published")
+        sharing.restore = engine.reload
+        publish_first_weights(engine, sharing)
+        assert events == [
+            "vllm: POST /sleep?level=2",
+            "policy: save v1",
+            "policy: to_host",
+            "vllm: POST /wake_up?tags=weights",
+            "vllm: POST /collective_rpc",  # reload_weights v1, into the woken weight memory
+            "vllm: POST /wake_up?tags=kv_cache",
+            "vllm: POST /reset_prefix_cache",
+        ]
+        events.clear()
+        with sharing.trainer_turn():
+            events.append("policy: checkpoint")
+        assert events == [
+            "vllm: POST /sleep?level=1",  # vLLM keeps its weights in host memory: nothing to reload
+            "policy: to_device",
+            "policy: checkpoint",
+            "policy: to_host",
+            "vllm: POST /wake_up?tags=weights",
+            "vllm: POST /wake_up?tags=kv_cache",
+        ]
+        engine.close()
+        sharing.close()
+
+
+def test_a_level_2_sleep_without_a_way_to_reload_is_refused(tmp_path: Path) -> None:
+    policy = RecordingPolicy([])
+    with RecordingVllm() as vllm:
+        sharing = Colocation(vllm.url, policy, level=2)
+        sharing.give_trainer_the_gpus()
+        with pytest.raises(EngineError, match="discards its weights"):
+            sharing.give_vllm_the_gpus()
+        sharing.close()

@@ -186,6 +186,7 @@ class RemoteWeightsEngine:
         self.folder = Path(folder)
         self.server = server
         self.version = 0
+        self.loaded_version = 0  # the version vLLM's weights hold
         self._http = httpx.Client(timeout=timeout_s)
         roots = [m for m in _served_models(self._http, self.base_url) if m.get("parent") is None]
         if not roots:
@@ -206,8 +207,9 @@ class RemoteWeightsEngine:
         self.version += 1
         self.save_weights(self.folder / f"v{self.version}")
 
-    def serve(self) -> None:
-        """Reload the engine's weights from the staged folder, reset its prefix cache, check what it serves."""
+    def reload(self) -> None:
+        """vLLM's workers load the staged folder into their weights (`reload_weights`). Colocated, after a level-2
+        sleep, this runs between waking the weights and the KV cache (`Colocation.restore`); `serve` then skips it."""
         target = self.folder / f"v{self.version}"
         rpc = {"method": "reload_weights", "kwargs": {"weights_path": str(target.resolve())}}
         resp = self._http.post(f"{self.root}/collective_rpc", json=rpc)
@@ -221,6 +223,13 @@ class RemoteWeightsEngine:
             raise EngineError(
                 f"{self.root}/collective_rpc reload_weights failed (HTTP {resp.status_code}): {resp.text[:500]}"
             )
+        self.loaded_version = self.version
+
+    def serve(self) -> None:
+        """Reload the engine's weights from the staged folder (unless done already), reset its prefix cache, check
+        what it serves."""
+        if self.loaded_version != self.version:
+            self.reload()
         self._reset_prefix_cache()
         shutil.rmtree(self.folder / f"v{self.version - 1}", ignore_errors=True)
         if self.verify is not None:

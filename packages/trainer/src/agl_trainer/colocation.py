@@ -3,15 +3,23 @@
 Both cannot hold a GPU at once: vLLM's weights and KV cache take most of it during rollouts, the trainer's weights,
 gradients, optimizer moments and activations during the update. So around every update, in this order:
 
-1. vLLM goes to sleep (`POST /sleep?level=1`: its KV cache is dropped and its weights move to host memory; level 2
-   drops the weights too, for full fine-tuning, where they are reloaded anyway);
-2. the trainer's state comes back to the GPU (verl's actor: `to("cuda")`, weights, optimizer and gradients);
+1. vLLM goes to sleep (`POST /sleep?level=L`). vLLM 0.32 (`LLM.sleep`, `v1/worker/gpu_worker.py` `Worker.sleep`,
+   `device_allocator/sleep_mode_backend.py` `suspend`): level 1 moves the weights to host memory and drops the KV
+   cache; level 2 drops both, and the weights must be loaded again after waking. LoRA runs at level 1 (the base
+   model stays what it was); full fine-tuning at level 2 around updates, since the weights are replaced anyway;
+2. the trainer's state comes back to the GPU (verl's actor: `to("device")`: weights, optimizer and gradients);
 3. the update;
 4. the new weights are written out from the trainer (the adapter folder, or the full model), while it still
    holds them on the GPU: gathering FSDP shards needs them there;
-5. the trainer's state goes to host memory;
-6. vLLM wakes up (`POST /wake_up`) and is given the new weights (`load_lora_adapter`, or `reload_weights` and a
-   prefix-cache reset), then checked as after every publication.
+5. the trainer's state goes to host memory, and every rank empties its CUDA cache (`AglActorWorker.to`);
+6. vLLM wakes in verl's order (`ActorRolloutRefWorker.update_weights`, `workers/engine_workers.py`): the weights
+   first (`POST /wake_up?tags=weights`); after a level-2 sleep the new full weights are loaded into them now
+   (`reload_weights`), before the KV cache takes what is left of the GPU (`POST /wake_up?tags=kv_cache`);
+7. vLLM is given the new LoRA adapter (`load_lora_adapter`), or resets its prefix cache after the reload, and the
+   served log-probs are checked as after every publication.
+
+A turn of the trainer that changes no weights (the log-prob check, a checkpoint) sleeps at level 1 whatever the
+update's level: vLLM gets its own weights back on waking, and no reload from disk is needed.
 
 At start the same steps run without the update: vLLM is started first (it refuses to start when less than its
 share is free), put to sleep, the trainer's model loaded, the first weights written, the trainer moved off.
@@ -48,12 +56,31 @@ class StagedEngine(Protocol):
 
 
 class Colocation:
-    """Puts vLLM to sleep and moves the trainer's state around an update (see the module's docstring)."""
+    """Puts vLLM to sleep and moves the trainer's state around an update (see the module's docstring).
 
-    def __init__(self, root_url: str, policy: MovablePolicy, *, level: int = 1, timeout_s: float = 600.0) -> None:
+    `level`: the sleep level around updates (1 for LoRA, 2 for full fine-tuning). `restore`: after a level-2
+    sleep, loads the weights to serve into vLLM's woken (and emptied) weight memory: the engine's `reload`
+    (`RemoteWeightsEngine`). `log`: every step appended as it happens ("vllm: sleep level=2", "trainer: to device",
+    ...), for tests and for the run's log."""
+
+    def __init__(
+        self,
+        root_url: str,
+        policy: MovablePolicy,
+        *,
+        level: int = 1,
+        restore: Callable[[], None] | None = None,
+        timeout_s: float = 600.0,
+        log: list[str] | None = None,
+    ) -> None:
+        if level not in (1, 2):
+            raise ValueError(f"vLLM's sleep level is 1 or 2, got {level}")
         self.root = root_url.rstrip("/").removesuffix("/v1")
         self.policy = policy
         self.level = level
+        self.restore = restore
+        self.log = log if log is not None else []
+        self.slept_at: int | None = None  # the level of the sleep vLLM is in now
         self._http = httpx.Client(timeout=timeout_s)
 
     def _post(self, route: str, **params: Any) -> None:
@@ -70,21 +97,43 @@ class Colocation:
         if resp.status_code != 200:
             raise EngineError(f"vLLM at {self.root}: {route} answered {resp.status_code}: {resp.text[:300]}")
 
-    def sleep_engine(self) -> None:
-        self._post("/sleep", level=self.level)
+    def sleep_engine(self, level: int | None = None) -> None:
+        level = self.level if level is None else level
+        self._post("/sleep", level=level)
+        self.slept_at = level
+        self.log.append(f"vllm: sleep level={level}")
 
-    def give_trainer_the_gpus(self) -> None:
-        self.sleep_engine()
+    def give_trainer_the_gpus(self, *, keep_engine_weights: bool = False) -> None:
+        """vLLM to sleep (at level 1 when `keep_engine_weights`: a turn that changes no weights), the trainer's
+        state onto the GPUs."""
+        self.sleep_engine(1 if keep_engine_weights else None)
         self.policy.to_device()
+        self.log.append("trainer: to device")
 
     def give_vllm_the_gpus(self) -> None:
+        """The trainer's state to host memory (its ranks' caches emptied), then vLLM awake: weights, the weights a
+        level-2 sleep discarded loaded again (`restore`), then the KV cache."""
         self.policy.to_host()
-        self._post("/wake_up")
+        self.log.append("trainer: to host, cache emptied")
+        self._post("/wake_up", tags="weights")
+        self.log.append("vllm: wake weights")
+        if self.slept_at == 2:
+            if self.restore is None:
+                raise EngineError(
+                    "vLLM slept at level 2, which discards its weights, and nothing was given to load them again "
+                    "(Colocation.restore)"
+                )
+            self.restore()
+            self.log.append("vllm: weights reloaded")
+        self._post("/wake_up", tags="kv_cache")
+        self.log.append("vllm: wake kv_cache")
+        self.slept_at = None
 
     @contextmanager
     def trainer_turn(self) -> Iterator[None]:
-        """The trainer holds the GPUs inside (a checkpoint, a resume), vLLM again after."""
-        self.give_trainer_the_gpus()
+        """The trainer holds the GPUs inside for work that changes no weights (a checkpoint, the log-prob check):
+        vLLM keeps its weights in host memory meanwhile (level 1) and has them back after."""
+        self.give_trainer_the_gpus(keep_engine_weights=True)
         try:
             yield
         finally:
@@ -124,20 +173,17 @@ def update_and_publish(
 
 
 class TrainerTurnLogprobs:
-    """A policy whose `logprobs` run on the trainer's turn of the GPUs (vLLM asleep meanwhile): what the engine
-    check needs when it compares vLLM's log-probs with the trainer's on colocated GPUs. Everything else is the
-    policy's own."""
+    """A policy whose `logprobs` run on the trainer's turn of the GPUs (vLLM asleep at level 1 meanwhile, so that
+    it serves the same weights after): what the engine check needs when it compares vLLM's log-probs with the
+    trainer's on colocated GPUs. Everything else is the policy's own."""
 
     def __init__(self, policy: Any, sharing: Colocation) -> None:
         self._policy = policy
         self._sharing = sharing
 
     def logprobs(self, transitions: Sequence[Transition]) -> list[list[float]]:
-        self._sharing.give_trainer_the_gpus()
-        try:
+        with self._sharing.trainer_turn():
             return list(self._policy.logprobs(transitions))
-        finally:
-            self._sharing.give_vllm_the_gpus()
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._policy, name)

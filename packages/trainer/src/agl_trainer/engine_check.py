@@ -88,27 +88,28 @@ def probe(
             f"{base_url} answered the probe without token ids and one log-prob per token: agl needs an engine that "
             "honours `return_token_ids` and `logprobs` (vLLM ≥ 0.10, or `agl engine`)"
         )
-    mine = {
-        t: policy.logprobs(
-            [
-                Transition(
-                    rollout_id="probe",
-                    task_id="probe",
-                    attempt_id="probe",
-                    seq=0,
-                    agent_name=agent,
-                    prompt_ids=list(prompt_ids),
-                    response_ids=list(response_ids),
-                    response_mask=[1] * len(response_ids),
-                    logprobs=None,
-                    model_version=None,
-                    call_ids=[],
-                    temperature=t,
-                )
-            ]
-        )[0]
-        for t in (PROBE_TEMPERATURE, 1.0)
-    }
+    temperatures = (PROBE_TEMPERATURE, 1.0)
+    # one call for both temperatures: on colocated GPUs each call is a turn of the trainer (vLLM asleep meanwhile)
+    both = policy.logprobs(
+        [
+            Transition(
+                rollout_id="probe",
+                task_id="probe",
+                attempt_id="probe",
+                seq=0,
+                agent_name=agent,
+                prompt_ids=list(prompt_ids),
+                response_ids=list(response_ids),
+                response_mask=[1] * len(response_ids),
+                logprobs=None,
+                model_version=None,
+                call_ids=[],
+                temperature=t,
+            )
+            for t in temperatures
+        ]
+    )
+    mine = dict(zip(temperatures, both, strict=True))
     return ProbeResult(
         model=model,
         tokens=len(response_ids),

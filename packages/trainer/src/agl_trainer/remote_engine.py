@@ -169,6 +169,8 @@ def open_remote_engine(
                 return model.save_pretrained(target, safe_serialization=True)
 
         backend = RemoteWeightsEngine(url, save_weights, published, server=server, verify=verify)
+        if sharing is not None:  # after a level-2 sleep vLLM's weights are gone: loaded again as it wakes
+            sharing.restore = backend.reload
     stack.callback(backend.close)
     publish_first_weights(backend, sharing)
     agents = {adapter: agent for agent, adapter in sorted(policy.agent_adapters.items(), reverse=True)}

@@ -356,14 +356,19 @@ class VerlPolicy:
     # ------------------------------------------------------------------------------------------ GPU turns
 
     def to_device(self) -> None:
-        """The actor's weights, gradients and optimizer moments back on the GPUs (agl_trainer.colocation)."""
-        if self.device == "cuda":
-            self._wg.to("cuda", model=True, optimizer=True, grad=True)
+        """The actor's weights, gradients and optimizer moments back on the accelerator (agl_trainer.colocation).
+        verl's `to` takes "device" (its name for the accelerator) or "cpu", nothing else; on a CPU machine both
+        name the CPU and the same calls run, so the sequence tested here is the one a GPU runs."""
+        self._wg.to("device", model=True, optimizer=True, grad=True)
 
     def to_host(self) -> None:
-        """The actor's state to host memory, freeing the GPUs for vLLM while it generates."""
-        if self.device == "cuda":
-            self._wg.to("cpu", model=True, optimizer=True, grad=True)
+        """The actor's state to host memory, and the accelerator's cache emptied on every rank
+        (`AglActorWorker.to`), freeing the GPUs for vLLM while it generates."""
+        self._wg.to("cpu", model=True, optimizer=True, grad=True)
+
+    def moves(self) -> list[dict[str, Any]]:
+        """Rank 0's log of the moves above, as verl's worker made them (`AglActorWorker.moves`)."""
+        return list(self._wg.moves()[0])
 
     # ------------------------------------------------------------------------------------------ weights out
 

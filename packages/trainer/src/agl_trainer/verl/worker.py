@@ -1,5 +1,10 @@
-"""verl's PPO actor worker, as agl runs it: `ActorRolloutRefWorker` (role "actor") with two additions.
+"""verl's PPO actor worker, as agl runs it: `ActorRolloutRefWorker` (role "actor") with three additions.
 
+- `to(device, ...)` is verl's own (it takes "device", meaning the accelerator, or "cpu"; anything else fails its
+  assertion), followed on the way out by what verl's colocated flow does before vLLM takes the GPU back and verl's
+  `FSDPEngine.to("cpu")` does not: a device synchronize and `empty_cache` after the optimizer's moments left (verl
+  empties the cache after the model only, so AdamW's state, twice the trained weights in fp32, would stay reserved
+  by PyTorch's caching allocator). Each move is logged (`moves()`), with the allocator's figures after it.
 - On the CPU the process group is started with plain ``gloo`` before verl starts it (verl would ask for
   ``cpu:gloo,cpu:gloo``, which torch refuses), and torch gets the threads agl gave the worker.
 - `export_weights` hands the trained weights to the caller as full CPU tensors, gathered once, on rank 0: the LoRA
@@ -17,7 +22,7 @@ from typing import Any
 
 import torch
 from verl.single_controller.base.decorator import Dispatch, register
-from verl.utils.device import get_device_name
+from verl.utils.device import get_device_name, get_torch_device
 from verl.utils.distributed import initialize_global_process_group_ray
 from verl.workers.engine_workers import ActorRolloutRefWorker
 
@@ -27,6 +32,7 @@ THREADS_ENV = "AGL_VERL_THREADS"
 class AglActorWorker(ActorRolloutRefWorker):  # type: ignore[misc]
     def __init__(self, config: Any, role: str, **kwargs: Any) -> None:
         super().__init__(config, role, **kwargs)
+        self._moves: list[dict[str, Any]] = []
         threads = int(os.environ.get(THREADS_ENV) or 0)
         if threads > 0:
             torch.set_num_threads(threads)
@@ -35,6 +41,33 @@ class AglActorWorker(ActorRolloutRefWorker):  # type: ignore[misc]
         else:  # what stays fp32 (the master weights' optimizer maths, norms) on tensor cores
             torch.backends.cuda.matmul.allow_tf32 = True
             torch.backends.cudnn.allow_tf32 = True
+
+    @register(dispatch_mode=Dispatch.ONE_TO_ALL)  # type: ignore[untyped-decorator,unused-ignore]
+    def to(self, device: str, model: bool = True, optimizer: bool = True, grad: bool = True) -> None:
+        """verl's own move (`TrainingWorker.to`: "device" or "cpu"), then, leaving the accelerator, every freed
+        block handed back to the driver (synchronize, then `empty_cache`): vLLM wakes into that memory next."""
+        super().to(device, model=model, optimizer=optimizer, grad=grad)
+        accelerator = get_torch_device()
+        emptied = device == "cpu"
+        if emptied:
+            accelerator.synchronize()
+            accelerator.empty_cache()
+        self._moves.append(
+            {
+                "device": device,
+                "model": model,
+                "optimizer": optimizer,
+                "grad": grad,
+                "emptied_cache": emptied,
+                "allocated": int(accelerator.memory_allocated()),
+                "reserved": int(accelerator.memory_reserved()),
+            }
+        )
+
+    @register(dispatch_mode=Dispatch.ONE_TO_ALL)  # type: ignore[untyped-decorator,unused-ignore]
+    def moves(self) -> list[dict[str, Any]]:
+        """Every `to` this rank made, in order (what tests and the GPU smoke check read)."""
+        return list(self._moves)
 
     def _module(self) -> Any:
         assert self.actor is not None, "init_model() first"
