@@ -366,6 +366,10 @@ class VerlPolicy:
         (`AglActorWorker.to`), freeing the GPUs for vLLM while it generates."""
         self._wg.to("cpu", model=True, optimizer=True, grad=True)
 
+    def peak_memory(self, reset: bool = False) -> list[dict[str, int]]:
+        """Each rank's peak memory since the start or the last reset (`AglActorWorker.peak_memory`)."""
+        return list(self._wg.peak_memory(reset=reset))
+
     def moves(self) -> list[dict[str, Any]]:
         """Rank 0's log of the moves above, as verl's worker made them (`AglActorWorker.moves`)."""
         return list(self._wg.moves()[0])

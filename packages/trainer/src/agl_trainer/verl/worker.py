@@ -18,6 +18,7 @@ Ray workers (and by the driver to name the class); it needs verl.
 from __future__ import annotations
 
 import os
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -33,6 +34,7 @@ class AglActorWorker(ActorRolloutRefWorker):  # type: ignore[misc]
     def __init__(self, config: Any, role: str, **kwargs: Any) -> None:
         super().__init__(config, role, **kwargs)
         self._moves: list[dict[str, Any]] = []
+        self._resident_before_model = _proc_status_bytes("VmRSS")  # init_model() loads the model after this
         threads = int(os.environ.get(THREADS_ENV) or 0)
         if threads > 0:
             torch.set_num_threads(threads)
@@ -69,6 +71,26 @@ class AglActorWorker(ActorRolloutRefWorker):  # type: ignore[misc]
         """Every `to` this rank made, in order (what tests and the GPU smoke check read)."""
         return list(self._moves)
 
+    @register(dispatch_mode=Dispatch.ONE_TO_ALL)  # type: ignore[untyped-decorator,unused-ignore]
+    def peak_memory(self, reset: bool = False) -> dict[str, int]:
+        """This rank's peak memory (bytes) since the start or the last `reset`: on CUDA the caching allocator's
+        peaks (`allocated`, `reserved`); on a CPU the process's resident high-water mark (`allocated`, VmHWM, reset
+        through /proc/self/clear_refs) and what was resident before the model was loaded (`before_model`)."""
+        accelerator = get_torch_device()
+        if get_device_name() == "cpu":
+            out = {
+                "allocated": _proc_status_bytes("VmHWM"),
+                "reserved": 0,
+                "before_model": self._resident_before_model,
+            }
+            if reset:
+                Path("/proc/self/clear_refs").write_text("5")  # the high-water mark back to what is resident now
+            return out
+        out = {"allocated": int(accelerator.max_memory_allocated()), "reserved": int(accelerator.max_memory_reserved())}
+        if reset:
+            accelerator.reset_peak_memory_stats()
+        return out
+
     def _module(self) -> Any:
         assert self.actor is not None, "init_model() first"
         return self.actor.engine.module
@@ -103,3 +125,14 @@ class AglActorWorker(ActorRolloutRefWorker):  # type: ignore[misc]
     @register(dispatch_mode=Dispatch.ONE_TO_ALL)  # type: ignore[untyped-decorator,unused-ignore]
     def torch_threads(self) -> int:
         return int(torch.get_num_threads())
+
+
+def _proc_status_bytes(field: str) -> int:
+    """A memory figure of this process from /proc/self/status (kB there), in bytes; 0 where there is none."""
+    try:
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith(field + ":"):
+                return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return 0
