@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import torch
 from rich.console import Console
 from vllm_stub import SleepModeVllm
 
@@ -31,7 +32,10 @@ from agl_trainer.engine_check import check_served_logprobs
 from agl_trainer.policy import PolicyConfig
 
 if importlib.util.find_spec("verl") is None and os.environ.get("AGL_SKIP_VERL_TESTS"):
-    pytest.skip('AGL_SKIP_VERL_TESTS is set and verl is not installed (pip install "agl-trainer[verl]")', allow_module_level=True)
+    pytest.skip(
+        'AGL_SKIP_VERL_TESTS is set and verl is not installed (pip install "agl-trainer[verl]")',
+        allow_module_level=True,
+    )
 
 from agl_trainer.verl.backend import VerlPolicy
 
@@ -131,7 +135,13 @@ WAKE = [
     "vllm: wake kv_cache",
 ]
 # a turn of the trainer that changes no weights: vLLM keeps its own in host memory (level 1)
-CHECK_TURN = ["vllm: POST /sleep?level=1", "vllm: sleep level=1", "trainer: to device", "trainer: to host, cache emptied", *WAKE]
+CHECK_TURN = [
+    "vllm: POST /sleep?level=1",
+    "vllm: sleep level=1",
+    "trainer: to device",
+    "trainer: to host, cache emptied",
+    *WAKE,
+]
 
 
 def test_colocated_lora_runs_verls_moves_and_vllms_sleep_in_order(
@@ -197,7 +207,9 @@ def test_colocated_full_finetuning_serves_the_trainers_weights_after_each_level_
         assert not vllm.discarded_weights
 
 
-def test_split_layout_moves_nothing_and_serves_the_update(ray_cluster: None, tiny_model_dir: Path, tmp_path: Path) -> None:
+def test_split_layout_moves_nothing_and_serves_the_update(
+    ray_cluster: None, tiny_model_dir: Path, tmp_path: Path
+) -> None:
     with ExitStack() as stack:
         policy, vllm, sharing, backend, events = start(
             tiny_model_dir, tmp_path, PolicyConfig(lr=1e-2), stack, colocated=False
@@ -206,3 +218,23 @@ def test_split_layout_moves_nothing_and_serves_the_update(ray_cluster: None, tin
         assert not [e for e in events if "sleep" in e or "wake" in e]
         assert policy.moves() == []
         assert checked(vllm, policy, None, backend.served_name("default")) < 1e-4
+
+
+def test_a_lora_policy_on_a_bf16_base_trains_an_fp32_adapter(ray_cluster: None, tiny_model_dir: Path) -> None:
+    """The CUDA profile's dtypes, run on this CPU: the frozen base loaded in bf16 (half of fp32's memory, as the plan
+    charges it), the adapter the optimizer updates in fp32 (verl would cast an adapter it builds to bf16: the workers
+    write a fresh one for it to load instead), and an update moves it."""
+    from agl_trainer.verl.settings import VerlProfile
+
+    profile = VerlProfile("cpu", "bf16", False, False, "sdpa", 4096, weights_dtype="bf16")
+    with VerlPolicy(tiny_model_dir, PolicyConfig(lr=1e-2), profile=profile) as policy:
+        assert policy.parameter_dtypes() == {"trained": ["float32"], "frozen": ["bfloat16"]}
+        before = policy.state_dict_for_engine()
+        assert all(v.dtype == torch.float32 for v in before.values())
+        # peft's fresh adapter: B = 0, so the policy starts as the base model; A drawn, not zero
+        assert all(not v.any() for k, v in before.items() if "lora_B" in k)
+        assert all(v.abs().max() > 0 for k, v in before.items() if "lora_A" in k)
+        stats = policy.update(copy.deepcopy(batch()))
+        assert stats.grad_norm > 0
+        after = policy.state_dict_for_engine()
+        assert max((after[k] - before[k]).abs().max().item() for k in before) > 1e-4

@@ -101,7 +101,7 @@ def test_overrides_are_typed_and_malformed_ones_named() -> None:
 @needs_verl
 def test_the_cuda_settings_pass_verls_dataclasses_and_bad_overrides_do_not() -> None:
     settings = actor_settings(
-        MODELS / "Llama-3.2-3B-Instruct", PolicyConfig(), cuda_profile(8192, flash_attention=True)
+        MODELS / "Llama-3.2-3B-Instruct", PolicyConfig(), cuda_profile(8192, lora=True, flash_attention=True)
     )
     root = root_config(settings, parse_overrides(["actor.optim.betas=[0.9,0.95]"]))
     validate(root, load_tokenizer=False)
@@ -118,7 +118,7 @@ def test_the_cuda_settings_pass_verls_dataclasses_and_bad_overrides_do_not() -> 
 
 
 def test_without_flash_attention_the_cuda_profile_keeps_padding_and_sdpa() -> None:
-    profile = cuda_profile(4096, flash_attention=False)
+    profile = cuda_profile(4096, lora=True, flash_attention=False)
     assert (profile.remove_padding, profile.attention, profile.dtype) == (False, "sdpa", "bf16")
 
 

@@ -110,7 +110,12 @@ class SleepModeVllm:
     TAGS = ("weights", "kv_cache")
 
     def __init__(
-        self, model_dir: Path, events: list[str] | None = None, *, served_model: str = "base", request_wait_s: float = 20
+        self,
+        model_dir: Path,
+        events: list[str] | None = None,
+        *,
+        served_model: str = "base",
+        request_wait_s: float = 20,
     ) -> None:
         from agl_trainer.engine import Engine
         from agl_trainer.models import load_model
@@ -179,7 +184,9 @@ class SleepModeVllm:
         with self.engine.lock, torch.no_grad():
             missing, unexpected = self._target().load_state_dict(state, strict=False)
             if unexpected or [m for m in missing if "rotary" not in m]:
-                raise ValueError(f"checkpoint does not fit the model: missing {missing[:3]}, unexpected {unexpected[:3]}")
+                raise ValueError(
+                    f"checkpoint does not fit the model: missing {missing[:3]}, unexpected {unexpected[:3]}"
+                )
             self.discarded_weights = False
         self.reloads.append(str(folder))
 

@@ -54,7 +54,7 @@ from agl_trainer.config import TrainConfig as TrainConfig  # re-exported: the ru
 from agl_trainer.engine import BASE_MODEL, Engine
 from agl_trainer.memory import give_back, peak_resident_bytes, resident_bytes
 from agl_trainer.metrics import MetricsLog
-from agl_trainer.models import load_model, pick_device, resolve_model
+from agl_trainer.models import load_model, load_tokenizer, pick_device, resolve_model
 from agl_trainer.plan.build import RunPlan
 from agl_trainer.policy import PolicyTrainer, agent_adapters, wrap_lora
 from agl_trainer.remote_engine import open_remote_engine
@@ -153,11 +153,15 @@ class TrainingRun:
         cfg = self.config
         remote = bool(cfg.engine_url) or cfg.engine == "vllm"
         vllm = self._start_vllm_first(path, stack) if self.gpu_plan is not None and cfg.engine == "vllm" else None
-        # with verl the update runs in its workers: the driver's copy only reads (never on the GPU then)
-        driver_device = "cpu" if cfg.trainer == "verl" and remote else cfg.device
-        model, tokenizer = load_model(path, device=driver_device)
-        if cfg.policy.lora:
-            model = wrap_lora(model, cfg.policy, adapters=list(self.agent_adapters.values()) or ["default"])
+        # with verl the update runs in its workers and another process generates: the driver holds no model (a 7B
+        # in fp32 would be 30 GB of host memory for nothing); with agl's engine the model is the one it generates with
+        model: Any = None
+        if cfg.trainer == "verl" and remote:
+            tokenizer = load_tokenizer(path)
+        else:
+            model, tokenizer = load_model(path, device=cfg.device)
+            if cfg.policy.lora:
+                model = wrap_lora(model, cfg.policy, adapters=list(self.agent_adapters.values()) or ["default"])
         self.policy: PolicyBackend
         if cfg.trainer == "verl":
             self.policy = self._verl_policy(path, tokenizer, stack)
@@ -305,7 +309,7 @@ class TrainingRun:
         if self.gpu_plan is not None:  # the plan's CUDA profile: its token budget, flash-attn when installed
             from agl_trainer.verl.settings import cuda_profile
 
-            profile = cuda_profile(self.gpu_plan.token_budget)
+            profile = cuda_profile(self.gpu_plan.token_budget, lora=cfg.policy.lora)
         from agl_trainer.verl.settings import parse_overrides
 
         actors = len(set(self.agent_adapters.values())) or 1  # one verl actor per agent's policy

@@ -97,20 +97,28 @@ def pick_device(device: str | None = None) -> str:
 def load_model(path: str | os.PathLike[str], *, device: str | None = None, dtype: Any = None) -> tuple[Any, Any]:
     """(model, tokenizer) from a local folder; fp32 on CPU (bf16 is not faster there), bf16 on a GPU."""
     import torch
-    from transformers import AutoModelForCausalLM, AutoTokenizer
+    from transformers import AutoModelForCausalLM
 
     device = pick_device(device)
     dtype = dtype or (torch.bfloat16 if device.startswith("cuda") else torch.float32)
     if device.startswith("cuda"):  # fp32 work (log-softmax, the LoRA weights' optimizer) on tensor cores
         torch.backends.cuda.matmul.allow_tf32 = True
         torch.backends.cudnn.allow_tf32 = True
-    tokenizer = AutoTokenizer.from_pretrained(path)
+    tokenizer = load_tokenizer(path)
     model: Any = AutoModelForCausalLM.from_pretrained(path, dtype=dtype)
     model = model.to(device)
     model.eval()
+    return model, tokenizer
+
+
+def load_tokenizer(path: str | os.PathLike[str]) -> Any:
+    """The model folder's tokenizer, with a pad token (its EOS where it has none)."""
+    from transformers import AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(path)
     if tokenizer.pad_token_id is None:
         tokenizer.pad_token = tokenizer.eos_token
-    return model, tokenizer
+    return tokenizer
 
 
 def build_tiny_llama(

@@ -101,7 +101,7 @@ def open_remote_engine(
     url: str | None,
     vllm_python: str | None,
     model_path: Path,
-    model: Any,
+    model: Any | None,
     tokenizer: Any,
     policy: PolicyTrainer,
     run_dir: Path,
@@ -121,7 +121,8 @@ def open_remote_engine(
         url = server.url
         where = f"vLLM at {url} (started in {server.startup_s or 0:.0f} s, log {server.settings.log_path})"
     elif url is None:
-        dtype = str(next(model.parameters()).dtype).removeprefix("torch.")
+        # as the trainer computes: its model's dtype, or verl's (fp32 on a CPU, the only place vLLM is started here)
+        dtype = "float32" if model is None else str(next(model.parameters()).dtype).removeprefix("torch.")
         server = start_vllm(
             model_path,
             tokenizer,
@@ -164,9 +165,12 @@ def open_remote_engine(
             def save_weights(target: Path) -> object:
                 return save_policy(target, dtype=weights_dtype)
         else:
+            trained = model
+            if trained is None:
+                raise ValueError("full fine-tuning with agl's own trainer needs the model it trains")
 
             def save_weights(target: Path) -> object:
-                return model.save_pretrained(target, safe_serialization=True)
+                return trained.save_pretrained(target, safe_serialization=True)
 
         backend = RemoteWeightsEngine(url, save_weights, published, server=server, verify=verify)
         if sharing is not None:  # after a level-2 sleep vLLM's weights are gone: loaded again as it wakes

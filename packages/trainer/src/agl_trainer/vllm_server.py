@@ -1,9 +1,9 @@
 """vLLM as an engine agl starts and stops (`agl train --engine vllm`, `agl bench ... --engine vllm`).
 
 vLLM pins torch and transformers versions that the trainer's environment cannot share, so it runs as its OpenAI
-server (`python -m vllm.entrypoints.openai.api_server`) from an environment of its own: `make vllm` builds
-`.venv-vllm` (found in the current directory or a parent), `--vllm-python` or `AGL_VLLM_PYTHON` names another
-one. The server is started with what agl needs from it:
+server (`vllm serve`, started as `python -m vllm.entrypoints.cli.main serve MODEL ...`) from an environment of its
+own: `make vllm` builds `.venv-vllm` (found in the current directory or a parent), `--vllm-python` or
+`AGL_VLLM_PYTHON` names another one. The server is started with what agl needs from it:
 
 - the base model folder the trainer loads, in the trainer's dtype (fp32 on a CPU: served log-probs then equal the
   trainer's to ~1e-5);
@@ -22,7 +22,22 @@ one. The server is started with what agl needs from it:
   when less is free); on a GPU, `gpu_memory_utilization` of its memory (the trainer holds the policy on the same
   GPU);
 - on a CPU, fewer processes (`cpu_layout`, below) and agl's vLLM plugin (`vllm_plugin/agl_vllm_cpu.py`, on the
-  server's PYTHONPATH: LoRA products grouped by adapter, 2× the generation speed with an adapter served).
+  server's PYTHONPATH: LoRA products grouped by adapter, 2× the generation speed with an adapter served);
+- with data parallelism (`data_parallel` > 1), one API server per data-parallel rank (`--api-server-count`), all on
+  the one port; but a single one when LoRA adapters are loaded at run time, which vLLM 0.32 refuses with more (each
+  API server keeps its own table of loaded adapters: one loaded through one server would be unknown to the others).
+
+**The command.** `python -m vllm.entrypoints.openai.api_server` is deprecated in vLLM 0.32 and runs one API server
+in front of all data-parallel engines; `vllm serve` runs `--api-server-count` of them (its default: one per rank).
+Every API server registers every route, the development ones included (`VLLM_SERVER_DEV_MODE` is inherited), and
+each is a client of all the engines: vLLM's data-parallel client sends the utility calls behind `/sleep`,
+`/wake_up?tags=...`, `/collective_rpc`, `/reset_prefix_cache` and `/v1/load_lora_adapter` to every engine, whichever
+server the request reached (`v1/engine/core_client.py`, `DPLBAsyncMPClient.call_utility_async`), and answers with
+the first engine's result. On CUDA agl runs `python -m vllm.entrypoints.cli.main serve` (the `vllm` command). vLLM's
+CLI asks for the version of the distribution `vllm` when it builds its parser, and vllm-cpu installs as `vllm-cpu`
+(both `vllm serve` and `python -m vllm.entrypoints.cli.main` then fail with PackageNotFoundError): on a CPU the same
+CLI is started by `CPU_SERVE`, a few lines that answer for `vllm` with vllm-cpu's version + "+cpu", as vLLM's own
+platform check does (`vllm/platforms/__init__.py`).
 
 **The CPU layout.** vLLM's CPU backend runs its scheduler, its model worker and its HTTP server as three processes
 that poll shared memory while busy (`sched_yield` in a loop), and it reserves one core for the scheduler, pinning
@@ -65,6 +80,28 @@ SERVED_BASE = "base"  # the base model's name on the server (`engine.BASE_MODEL`
 # put on the CPU server's PYTHONPATH: a vLLM general plugin (its .dist-info names the entry point); no agl imports
 CPU_PLUGIN_PATH = Path(__file__).with_name("vllm_plugin")
 LORA_RANKS = (1, 8, 16, 32, 64, 128, 256, 320, 512)  # what vLLM 0.32 accepts as --max-lora-rank
+VLLM_CLI = "vllm.entrypoints.cli.main"  # `vllm`: `python -m vllm.entrypoints.cli.main serve MODEL ...`
+# `vllm serve` where the distribution is vllm-cpu (the module's docstring): `python -c CPU_SERVE serve MODEL ...`
+CPU_SERVE = """\
+import importlib.metadata as metadata
+import sys
+
+
+def version(name, _version=metadata.version):
+    try:
+        return _version(name)
+    except metadata.PackageNotFoundError:
+        if name != "vllm":
+            raise
+        return _version("vllm-cpu") + "+cpu"
+
+
+metadata.version = version
+sys.argv[0] = "vllm"
+from vllm.entrypoints.cli.main import main
+
+main()
+"""
 
 
 class VLLMNotFound(FileNotFoundError):
@@ -143,9 +180,12 @@ class VLLMSettings:
 
 
 def vllm_argv(s: VLLMSettings, python: str, port: int | str, template_path: Path | None) -> list[str]:
-    """The command line of the vLLM server `s` describes (`template_path`: where its chat template is written)."""
-    cmd = [python, "-m", "vllm.entrypoints.openai.api_server"]
-    cmd += ["--model", str(s.model), "--served-model-name", SERVED_BASE]
+    """The command line of the vLLM server `s` describes (`template_path`: where its chat template is written):
+    `vllm serve MODEL ...`, `serve` always its fourth word (`[python, "-m", VLLM_CLI, "serve", ...]` on CUDA,
+    `[python, "-c", CPU_SERVE, "serve", ...]` on a CPU)."""
+    on_gpu = s.device.startswith("cuda")
+    cmd = [python, "-m", VLLM_CLI] if on_gpu else [python, "-c", CPU_SERVE]
+    cmd += ["serve", str(s.model), "--served-model-name", SERVED_BASE]
     cmd += ["--host", s.host, "--port", str(port), "--dtype", s.dtype]
     cmd += ["--logprobs-mode", "processed_logprobs"]
     cmd += ["--generation-config", "vllm"]
@@ -156,7 +196,6 @@ def vllm_argv(s: VLLMSettings, python: str, port: int | str, template_path: Path
     if s.lora_adapters:
         cmd += ["--enable-lora", "--max-lora-rank", str(lora_rank_slot(s.lora_rank))]
         cmd += ["--max-loras", str(2 * s.lora_adapters)]  # the current version of each adapter and the last
-    on_gpu = s.device.startswith("cuda")
     if on_gpu:
         cmd += ["--gpu-memory-utilization", str(s.gpu_memory_utilization)]
     else:
@@ -166,13 +205,20 @@ def vllm_argv(s: VLLMSettings, python: str, port: int | str, template_path: Path
     if s.tensor_parallel > 1:
         cmd += ["--tensor-parallel-size", str(s.tensor_parallel)]
     if s.data_parallel > 1:
-        cmd += ["--data-parallel-size", str(s.data_parallel)]
+        cmd += ["--data-parallel-size", str(s.data_parallel), "--api-server-count", str(api_server_count(s))]
     if s.sleep_mode:
         cmd += ["--enable-sleep-mode"]
     if s.cpu_layout and not on_gpu:
         cmd += ["--distributed-executor-backend", "uni"]
     cmd += ["--disable-uvicorn-access-log"]
     return [*cmd, *s.extra_args, *shlex.split(os.environ.get(ENV_ARGS, ""))]
+
+
+def api_server_count(s: VLLMSettings) -> int:
+    """vLLM's API server processes: one per data-parallel rank, or one when LoRA adapters are loaded at run time
+    (vLLM 0.32's `vllm serve` refuses `VLLM_ALLOW_RUNTIME_LORA_UPDATING` with more than one: each server keeps its
+    own table of loaded adapters)."""
+    return 1 if s.lora_adapters else max(1, s.data_parallel)
 
 
 def vllm_env_changes(s: VLLMSettings, cpu_threads: int | None = None) -> dict[str, str]:

@@ -190,7 +190,7 @@ def _verl(req: PlanRequest, path: Path, tokens: int, warnings: list[dict[str, st
     from agl_trainer.verl.settings import actor_settings, cuda_profile, root_config, validate
 
     cfg = req.config
-    profile = cuda_profile(tokens, flash_attention=req.flash_attention)
+    profile = cuda_profile(tokens, lora=cfg.policy.lora, flash_attention=req.flash_attention)
     if not profile.remove_padding:
         warnings.append(
             {

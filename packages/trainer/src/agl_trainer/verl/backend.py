@@ -108,7 +108,9 @@ class VerlPolicy:
         if device not in ("cpu", "cuda"):
             raise ValueError(f"device must be 'auto', 'cpu' or 'cuda', got {device!r}")
         if profile is None:
-            profile = cuda_profile(config.micro_batch_tokens) if device == "cuda" else cpu_profile(config)
+            profile = (
+                cuda_profile(config.micro_batch_tokens, lora=config.lora) if device == "cuda" else cpu_profile(config)
+            )
         elif profile.device != device:
             raise ValueError(f"a {profile.device} profile for a policy on {device}")
         self.profile = profile
@@ -128,6 +130,11 @@ class VerlPolicy:
         t0 = time.perf_counter()
         self._start_ray(ray_address, num_cpus, num_gpus)
         self.timings["ray_s"] = time.perf_counter() - t0
+        if config.lora and initial_adapter is None and profile.weights_dtype != "fp32":
+            # verl would cast the adapter it builds to the base model's bf16: the workers write an fp32 one instead
+            from agl_trainer.verl.worker import FRESH_ADAPTER_ENV
+
+            self._worker_env[FRESH_ADAPTER_ENV] = str(seed)
         try:
             self._root_config = self._verl_config(seed, overrides or {})
             self._start_workers()
@@ -227,19 +234,32 @@ class VerlPolicy:
     def _pack(self, transitions: Sequence[Transition], **kwargs: Any) -> PackedBatch:
         return pack(transitions, pad_id=self.pad_id, multiple_of=self.workers, balance=True, **kwargs)
 
-    def _token_budget(self, batch: PackedBatch) -> dict[str, Any]:
-        """The micro-batch token budget verl uses for `batch` (only on a CPU: see CPU_LOGITS_BYTES)."""
-        if self.device != "cpu":
-            return {}
+    def _micro_batching(self, batch: PackedBatch) -> dict[str, Any]:
+        """How verl splits `batch` into micro-batches on each rank, so that none exceeds the token budget.
+
+        With remove-padding (flash-attn on CUDA) verl packs sequences without pad tokens and fills each micro-batch
+        up to the budget of real tokens (`ppo_max_token_len_per_gpu`, from the config). Without it (a CPU, or CUDA
+        without flash-attn) verl pads each micro-batch to its longest sequence, while its token-budget split
+        (`rearrange_micro_batches`) counts real tokens only: one long transition among many short ones makes a
+        padded micro-batch many times the budget. So there the micro-batches hold a fixed number k of sequences
+        with k × the batch's longest ≤ the budget (k divides each rank's rows, as verl requires), and the padded
+        micro-batch never exceeds the budget the plan charged."""
         longest = int(batch.tensors["attention_mask"].sum(dim=1).max())
-        tokens = cpu_micro_batch_tokens(int(self.config.micro_batch_tokens), self.vocab_size, longest)
-        return {"max_token_len_per_gpu": tokens}
+        budget = int(self.profile.token_budget)
+        if self.device == "cpu":
+            budget = cpu_micro_batch_tokens(budget, self.vocab_size, longest)
+        if self.profile.remove_padding:
+            return {"max_token_len_per_gpu": budget}
+        rows = batch.size // self.workers
+        fits = max(1, budget // max(longest, 1))
+        k = max(d for d in range(1, rows + 1) if rows % d == 0 and d <= fits)
+        return {"use_dynamic_bsz": False, "micro_batch_size_per_gpu": k}
 
     def _log_probs(self, batch: PackedBatch, *, reference: bool = False) -> torch.Tensor:
         settings: dict[str, Any] = {"calculate_entropy": False, "compute_loss": False}
         if reference:
             settings["no_lora_adapter"] = True  # verl's ref_in_actor: the base model is the policy, adapter off
-        td = to_worker_input(batch, **settings, **self._token_budget(batch))
+        td = to_worker_input(batch, **settings, **self._micro_batching(batch))
         output = self._wg.compute_log_prob(td)
         return response_values(output, "log_probs", td, batch)
 
@@ -302,7 +322,7 @@ class VerlPolicy:
             seed=self.steps,
             dataloader_kwargs={"shuffle": False},
             compute_loss=True,
-            **self._token_budget(batch),
+            **self._micro_batching(batch),
         )
         from verl.utils import tensordict_utils as tu
 
@@ -365,6 +385,10 @@ class VerlPolicy:
         """The actor's state to host memory, and the accelerator's cache emptied on every rank
         (`AglActorWorker.to`), freeing the GPUs for vLLM while it generates."""
         self._wg.to("cpu", model=True, optimizer=True, grad=True)
+
+    def parameter_dtypes(self) -> dict[str, list[str]]:
+        """The dtypes of the actor's trained and frozen parameters (`AglActorWorker.parameter_dtypes`)."""
+        return dict(self._wg.parameter_dtypes()[0])
 
     def peak_memory(self, reset: bool = False) -> list[dict[str, int]]:
         """Each rank's peak memory since the start or the last reset (`AglActorWorker.peak_memory`)."""

@@ -5,7 +5,9 @@ padded batches with `sdpa` attention, no gradient checkpointing: what measured f
 verl's own GPU recipes do, since the CPU's choices run out of memory on a GPU's first update (issue #28):
 
 - bf16 compute with fp32 master weights (FSDP mixed precision: `param_dtype` bf16, `reduce_dtype` fp32, the
-  sharded parameters fp32), TF32 matmuls for what stays fp32;
+  sharded parameters fp32), TF32 matmuls for what stays fp32; with LoRA the frozen base is loaded in bf16 (verl's
+  `model_dtype`: it is never updated, so fp32 would only double its memory) and the adapter stays fp32
+  (agl_trainer.verl.adapter says how);
 - gradient checkpointing;
 - remove-padding (sequences packed without pad tokens) with `flash_attention_2` when flash-attn imports, else
   `sdpa` on padded batches, with a warning that says what to install;
@@ -37,6 +39,9 @@ class VerlProfile:
     remove_padding: bool
     attention: str  # "sdpa" | "flash_attention_2"
     token_budget: int  # tokens per micro-batch and GPU (forward/backward and log-prob passes)
+    # the dtype verl loads the model in (`model_dtype`): fp32 master weights when every weight trains, the compute
+    # dtype for a LoRA policy's frozen base (its adapter is fp32 either way)
+    weights_dtype: str = "fp32"
 
     @property
     def cuda(self) -> bool:
@@ -51,11 +56,14 @@ def cpu_profile(policy: PolicyConfig) -> VerlProfile:
     return VerlProfile("cpu", "fp32", False, False, "sdpa", int(policy.micro_batch_tokens))
 
 
-def cuda_profile(token_budget: int, *, flash_attention: bool | None = None) -> VerlProfile:
-    """The CUDA profile: bf16 + fp32 master weights, gradient checkpointing, remove-padding with flash-attn when
-    it is installed (`flash_attention`: None asks this machine)."""
+def cuda_profile(token_budget: int, *, lora: bool, flash_attention: bool | None = None) -> VerlProfile:
+    """The CUDA profile: bf16 + fp32 master weights (a LoRA policy's frozen base in bf16), gradient checkpointing,
+    remove-padding with flash-attn when it is installed (`flash_attention`: None asks this machine)."""
     flash = flash_attention_available() if flash_attention is None else flash_attention
-    return VerlProfile("cuda", "bf16", True, flash, "flash_attention_2" if flash else "sdpa", int(token_budget))
+    weights = "bf16" if lora else "fp32"
+    return VerlProfile(
+        "cuda", "bf16", True, flash, "flash_attention_2" if flash else "sdpa", int(token_budget), weights
+    )
 
 
 def actor_settings(
@@ -83,8 +91,9 @@ def actor_settings(
         "actor.strategy": "fsdp2",
         "actor.use_torch_compile": False,
         "actor.fsdp_config.use_torch_compile": False,
-        # the sharded parameters stay fp32 (the master weights); FSDP casts to param_dtype to compute
-        "actor.fsdp_config.model_dtype": "fp32",
+        # the trained parameters stay fp32 (the master weights); FSDP casts to param_dtype to compute. A LoRA
+        # policy's frozen base is loaded in the profile's weights dtype (bf16 on CUDA)
+        "actor.fsdp_config.model_dtype": profile.weights_dtype if policy.lora else "fp32",
         "actor.fsdp_config.mixed_precision": {
             "param_dtype": "bf16" if bf16 else "fp32",
             "reduce_dtype": "fp32",

@@ -28,6 +28,8 @@ from verl.utils.distributed import initialize_global_process_group_ray
 from verl.workers.engine_workers import ActorRolloutRefWorker
 
 THREADS_ENV = "AGL_VERL_THREADS"
+# set (to the seed) when the worker writes the fresh LoRA adapter verl loads (agl_trainer.verl.adapter says why)
+FRESH_ADAPTER_ENV = "AGL_VERL_FRESH_ADAPTER_SEED"
 
 
 class AglActorWorker(ActorRolloutRefWorker):  # type: ignore[misc]
@@ -43,6 +45,41 @@ class AglActorWorker(ActorRolloutRefWorker):  # type: ignore[misc]
         else:  # what stays fp32 (the master weights' optimizer maths, norms) on tensor cores
             torch.backends.cuda.matmul.allow_tf32 = True
             torch.backends.cudnn.allow_tf32 = True
+
+    @register(dispatch_mode=Dispatch.ONE_TO_ALL)  # type: ignore[untyped-decorator,unused-ignore]
+    def init_model(self) -> None:
+        """verl's, after writing the fresh fp32 LoRA adapter it is to load when asked to (`FRESH_ADAPTER_ENV`):
+        every rank writes the same one (same seed) to a folder of its own, so no node needs another's disk."""
+        seed = os.environ.get(FRESH_ADAPTER_ENV)
+        model = self.config.model
+        if seed is not None and int(model.get("lora_rank") or 0) > 0 and not model.get("lora_adapter_path"):
+            import tempfile
+
+            from omegaconf import open_dict
+
+            from agl_trainer.verl.adapter import write_fresh_adapter
+
+            folder = write_fresh_adapter(
+                model.path,
+                tempfile.mkdtemp(prefix="agl-fresh-adapter-"),
+                rank=int(model.lora_rank),
+                alpha=int(model.lora_alpha),
+                targets=list(model.target_modules),
+                seed=int(seed),
+            )
+            with open_dict(self.config.model):
+                self.config.model.lora_adapter_path = str(folder)
+        super().init_model()
+
+    @register(dispatch_mode=Dispatch.ONE_TO_ALL)  # type: ignore[untyped-decorator,unused-ignore]
+    def parameter_dtypes(self) -> dict[str, list[str]]:
+        """The dtypes of the actor's trained and frozen parameters as verl holds them (e.g. a LoRA policy on CUDA:
+        trained fp32, frozen bf16)."""
+        trained: set[str] = set()
+        frozen: set[str] = set()
+        for param in self._module().parameters():
+            (trained if param.requires_grad else frozen).add(str(param.dtype).removeprefix("torch."))
+        return {"trained": sorted(trained), "frozen": sorted(frozen)}
 
     @register(dispatch_mode=Dispatch.ONE_TO_ALL)  # type: ignore[untyped-decorator,unused-ignore]
     def to(self, device: str, model: bool = True, optimizer: bool = True, grad: bool = True) -> None:
