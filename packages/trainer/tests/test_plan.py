@@ -67,12 +67,13 @@ def test_plans_fit_and_name_the_right_vllm_and_verl_settings(
         assert tp * dp == hardware.gpus_per_node
     # the trainer's ranks fill nodes in order: [8, 8] on two nodes, never one pool larger than a node
     assert p["placement"]["gpus_per_node"] == [hardware.gpus_per_node] * hardware.nodes
-    # verl's config, checked by verl's dataclasses: bf16 on fp32 master weights, checkpointing, remove-padding
+    # verl's config, checked by verl's dataclasses: bf16 compute, the LoRA policy's frozen base loaded in bf16 (its
+    # adapter fp32), checkpointing, remove-padding
     verl = p["verl"]
     assert verl["validated"] is True
     actor = verl["config"]["actor"]
     assert actor["fsdp_config"]["mixed_precision"]["param_dtype"] == "bf16"
-    assert actor["fsdp_config"]["model_dtype"] == "fp32"
+    assert actor["fsdp_config"]["model_dtype"] == verl["profile"]["weights_dtype"] == "bf16"
     assert verl["config"]["model"]["enable_gradient_checkpointing"] is True
     assert verl["config"]["model"]["use_remove_padding"] is True
     assert verl["config"]["model"]["override_config"]["attn_implementation"] == "flash_attention_2"

@@ -106,7 +106,12 @@ def test_the_cuda_settings_pass_verls_dataclasses_and_bad_overrides_do_not() -> 
     root = root_config(settings, parse_overrides(["actor.optim.betas=[0.9,0.95]"]))
     validate(root, load_tokenizer=False)
     actor = root.actor_rollout_ref.actor
-    assert actor.fsdp_config.mixed_precision.param_dtype == "bf16" and actor.fsdp_config.model_dtype == "fp32"
+    # LoRA: the frozen base loaded in bf16 (the adapter is fp32: test_colocation_verl); full fine-tuning: fp32 master
+    assert actor.fsdp_config.mixed_precision.param_dtype == "bf16" and actor.fsdp_config.model_dtype == "bf16"
+    full = actor_settings(
+        MODELS / "Llama-3.2-3B-Instruct", PolicyConfig(lora=False), cuda_profile(8192, lora=False, flash_attention=True)
+    )
+    assert full["actor.fsdp_config.model_dtype"] == "fp32"
     assert root.actor_rollout_ref.model.enable_gradient_checkpointing is True
     assert root.actor_rollout_ref.model.use_remove_padding is True and actor.ppo_max_token_len_per_gpu == 8192
     with pytest.raises(ValueError, match=r"does not have: actor\.optim\.nope"):
