@@ -23,12 +23,13 @@ from typing import Any
 from agl_trainer.config import TrainConfig
 from agl_trainer.plan.hardware import Hardware
 from agl_trainer.plan.layout import Layout, choose_layout
-from agl_trainer.plan.memory import CUDA_CONTEXT_GIB, VLLM_ASLEEP_GIB, UpdateSetup, update_memory
+from agl_trainer.plan.memory import CUDA_CONTEXT_GIB, VLLM_ASLEEP_GIB, UpdateSetup, logit_bytes, update_memory
 from agl_trainer.plan.model_shape import ModelShape, read_shape
 from agl_trainer.plan.tool_parsers import tool_parser
 
 HEADROOM = 0.92  # of a GPU's memory a plan may use: the rest absorbs what the estimate does not model
 MAX_TOKEN_BUDGET = 65_536
+BUDGET_STEP = 4096  # the token budgets a plan tries (verl's own recipes use 16k-32k per GPU, e.g. 24k)
 FLASH_ATTN_HINT = (
     "pip install flash-attn --no-build-isolation (a build for the installed torch; see the README's CUDA "
     "environment): remove-padding then packs sequences without pad tokens"
@@ -63,8 +64,33 @@ def _template_renders_tools(path: Path) -> bool | None:
     return None if not isinstance(template, str) else "tools" in template
 
 
+def _assumptions(req: PlanRequest, shape: ModelShape, tokens: int, ranks: int) -> dict[str, Any]:
+    """What the update's estimate takes for granted, as the printed plan says it."""
+    setup = _update_setup(req, shape, tokens, ranks)
+    lora = req.config.policy.lora
+    return {
+        "weights": ("the frozen base in bf16, the LoRA adapter in fp32" if lora else "fp32 master weights")
+        + ", computed in bf16",
+        "logits_path": setup.logits_path,
+        "logit_bytes_per_token_and_vocab_entry": logit_bytes(setup.logits_path, setup.compute_bytes),
+        "padding": "none (sequences packed)"
+        if setup.logits_path == "flash"
+        else "micro-batches of a fixed number of sequences padded to at most the token budget"
+        if req.config.trainer == "verl"
+        else "agl's trainer pads micro-batches to their longest sequence within the budget",
+        "gradient_checkpointing": setup.gradient_checkpointing,
+    }
+
+
+def _flash_attention(req: PlanRequest) -> bool:
+    from agl_trainer.verl.settings import flash_attention_available
+
+    return flash_attention_available() if req.flash_attention is None else req.flash_attention
+
+
 def _update_setup(req: PlanRequest, shape: ModelShape, tokens: int, ranks: int) -> UpdateSetup:
     policy = req.config.policy
+    verl = req.config.trainer == "verl"
     return UpdateSetup(
         shape,
         tokens,
@@ -77,7 +103,10 @@ def _update_setup(req: PlanRequest, shape: ModelShape, tokens: int, ranks: int) 
         gradient_checkpointing=req.config.trainer == "verl",
         # agl's trainer computes logits at response positions only: a quarter of the budget is a generous bound
         # for agents whose prompts (system prompt, history, tool results) outweigh their answers
-        logit_tokens=None if req.config.trainer == "verl" else tokens // 4,
+        logit_tokens=None if verl else tokens // 4,
+        # verl turns logits into log-probs with flash-attn's in-place cross-entropy when it is installed (and then
+        # packs sequences without padding), else row by row in PyTorch (agl_trainer.plan.memory.logit_bytes)
+        logits_path=("flash" if _flash_attention(req) else "torch") if verl else "agl",
     )
 
 
@@ -99,20 +128,20 @@ def _phases(req: PlanRequest, shape: ModelShape, layout: Layout, update_total: f
 
 
 def _token_budget(req: PlanRequest, shape: ModelShape, layout: Layout, ranks: int, longest: int) -> int:
-    """The largest token budget (a power of two, at least the longest transition) whose update fits; the
-    longest transition if none does (the plan then says it does not fit)."""
+    """The largest token budget (a multiple of `BUDGET_STEP`, at least the longest transition, at most
+    `MAX_TOKEN_BUDGET`) whose update fits; the longest transition if none does (the plan then says it does not
+    fit)."""
     cfg = req.config
     if cfg.trainer != "verl":
         return max(int(cfg.policy.micro_batch_tokens), longest)
     limit = HEADROOM * req.hardware.gpu_memory_gib
     best = longest
-    tokens = 1024
-    while tokens <= MAX_TOKEN_BUDGET:
+    for tokens in range(BUDGET_STEP, MAX_TOKEN_BUDGET + 1, BUDGET_STEP):
         if tokens >= longest:
             total = update_memory(_update_setup(req, shape, tokens, ranks))["total"]
-            if max(_phases(req, shape, layout, total).values()) <= limit:
-                best = tokens
-        tokens *= 2
+            if max(_phases(req, shape, layout, total).values()) > limit:
+                break
+            best = tokens
     return best
 
 
@@ -367,6 +396,7 @@ def plan_run(req: PlanRequest) -> tuple[dict[str, Any], RunPlan]:
             "gpu_memory_gib": hw.gpu_memory_gib,
             "usable_gib": round(limit, 2),
             "token_budget": tokens,
+            "assumes": _assumptions(req, shape, tokens, ranks),
             "update": parts,
             "phases": {k: round(v, 2) for k, v in phases.items()},
             "peak_gib_per_gpu": round(peak, 2),

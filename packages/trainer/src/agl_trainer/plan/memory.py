@@ -12,15 +12,25 @@ The update (verl's FSDP actor, or agl's own trainer: the same model code), per G
   with full fine-tuning also the inputs of the projections being trained (2·hidden + q_dim + intermediate more):
   a frozen projection needs no input to compute its input's gradient. With gradient checkpointing only each
   layer's input is kept, and one layer is recomputed (and differentiated) at a time;
-- logits: tokens × vocab values in the compute dtype, and in fp32 their copy, log-softmax, the gradient the
-  gather sends back and the log-softmax's own gradient (c + 12 bytes each), unless a fused kernel computes the
-  token log-probs without them;
+- weights: the frozen base of a LoRA policy as verl loads it (`model_dtype`: the compute dtype, bf16 on CUDA,
+  agl_trainer.verl.settings), its adapter in fp32 (weights, gradients, moments);
+- logits: tokens × vocab values, as many copies at the peak as the path that turns them into token log-probs
+  keeps (`LOGIT_COPIES`, per path, in the compute dtype c): verl with flash-attn's cross-entropy (remove-padding)
+  keeps the logits, their temperature-scaled copy and, in backward, the raw logits' gradient (the kernel writes
+  its own gradient in place: `inplace_backward`); verl without it (`logprobs_from_logits_v2`, padded batches) also
+  copies the real tokens' rows out of the padded batch (`torch.cat` in the no-padding layout) and holds two
+  gradients at once in backward, and in bf16 it keeps each row's log-softmax; agl's own trainer makes an fp32
+  copy, its log-softmax and their two gradients (c + 12 bytes);
+- padding: none counted beyond the budget. With remove-padding there is none; without it agl gives verl
+  micro-batches of a fixed number of sequences whose padded size stays within the budget
+  (`VerlPolicy._micro_batching`);
 - the CUDA context and allocator slack.
 
 vLLM takes `gpu_memory_utilization` × the GPU's memory while awake (weights, KV cache, CUDA graphs), and about the
 CUDA context and graphs while asleep (sleep mode level 1 offloads the weights and drops the KV cache).
 
-`tests` check the formula against a peak measured on this machine's CPU for the bundled model in fp32.
+`benchmarks/perf/bench_verl_memory.py` checks the formula against the peak of verl's real worker on this machine's
+CPU (fp32, the no-flash-attn path) for the bundled model; the flash-attn path and bf16 only a GPU can confirm.
 """
 
 from __future__ import annotations
@@ -45,7 +55,10 @@ class UpdateSetup:
     lora_targets: tuple[str, ...] = ("q_proj", "k_proj", "v_proj", "o_proj")
     compute_bytes: int = 2  # bf16 on CUDA; 4 for fp32 (a CPU)
     gradient_checkpointing: bool = True
-    fused_logprobs: bool = False
+    # how logits become token log-probs: "agl" (agl's own trainer), "flash" (verl with flash-attn's cross-entropy),
+    # "torch" (verl without flash-attn), "fused" (verl's fused kernels: no vocabulary-wide tensor kept)
+    logits_path: str = "agl"
+    temperature_scaled: bool = True  # sampled at T ≠ 1: verl divides the logits into a new tensor
     cuda: bool = True  # a CUDA context and the caching allocator's slack
     # positions whose logits are computed: verl's actor, every token; agl's own trainer, response tokens only
     logit_tokens: int | None = None
@@ -72,7 +85,7 @@ def update_memory(setup: UpdateSetup) -> dict[str, float]:
     else:
         activations = s.layers * per_layer + per_layer  # + the layer whose gradients are being computed
     logit_tokens = setup.tokens if setup.logit_tokens is None else setup.logit_tokens
-    logits = logit_tokens * s.vocab * (c if setup.fused_logprobs else c + 12)
+    logits = logit_tokens * s.vocab * logit_bytes(setup.logits_path, c, temperature_scaled=setup.temperature_scaled)
     parts = {
         "weights": (base + gathered + (setup.trainable * 4 / setup.ranks if setup.lora else 0)) / GIB,
         "gradients": setup.trainable * 4 / setup.ranks / GIB,
@@ -84,6 +97,22 @@ def update_memory(setup: UpdateSetup) -> dict[str, float]:
     parts["cuda_context_and_slack"] = (CUDA_CONTEXT_GIB + ALLOCATOR_SLACK * live) if setup.cuda else 0.0
     parts["total"] = sum(parts.values())
     return {k: round(v, 3) for k, v in parts.items()}
+
+
+def logit_bytes(path: str, c: int, *, temperature_scaled: bool = True) -> int:
+    """Bytes per token and vocabulary entry that turning logits into token log-probs holds at its peak, on `path`
+    (see the module's docstring), in compute dtype of `c` bytes."""
+    scaled = c if temperature_scaled else 0
+    if path == "agl":
+        return c + 12
+    if path == "fused":
+        return c
+    if path == "flash":
+        return 2 * c + scaled  # logits, the raw logits' gradient; the scaled copy holds the kernel's own gradient
+    if path == "torch":
+        # logits, the real rows' copy, two gradients in backward; bf16 keeps each row's log-softmax
+        return 4 * c + scaled + (c if c < 4 else 0)
+    raise ValueError(f"unknown logits path {path!r}: agl, flash, torch or fused")
 
 
 def vllm_kv_bytes_per_token(shape: ModelShape, tensor_parallel: int, kv_bytes: int = 2) -> float:
