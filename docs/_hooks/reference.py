@@ -5,7 +5,9 @@ A page holds a marker comment where a part goes:
 - `<!-- agl:cli -->`: every `agl` command (built-in and those other agl packages register), its usage, help and
   every option, walked through click as `agl --help` would;
 - `<!-- agl:rest -->`: every route of `agl serve`'s OpenAPI document, by tag;
-- `<!-- agl:options -->`: every key an option file (`agl train --config`) takes, with its flag, default and help.
+- `<!-- agl:options -->`: every key an option file (`agl train --config`) takes, with its flag, default and help;
+- `<!-- agl:gpu-plans -->`: the GPU guide's table of plans, made by `agl train --plan`'s own code
+  (`agl_trainer.plan.table`) from the published model configs the tests plan with.
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ from typing import Any
 
 import click
 
-MARKERS = ("cli", "rest", "options")
+MARKERS = ("cli", "rest", "options", "gpu-plans")
 
 
 def on_page_markdown(markdown: str, page: Any, config: Any, files: Any) -> str:
@@ -144,4 +146,10 @@ def options_reference() -> str:
     return "| key | flag | default | what |\n| --- | --- | --- | --- |\n" + "\n".join(rows) + "\n"
 
 
-GENERATORS = {"cli": cli_reference, "rest": rest_reference, "options": options_reference}
+def gpu_plans() -> str:
+    from agl_trainer.plan.table import plan_table
+
+    return plan_table(Path(__file__).parents[2] / "packages" / "trainer" / "tests" / "data" / "models")
+
+
+GENERATORS = {"cli": cli_reference, "rest": rest_reference, "options": options_reference, "gpu-plans": gpu_plans}

@@ -174,3 +174,39 @@ def test_overlap_is_planned_only_where_rollouts_can_run_during_updates(tmp_path:
     # vLLM on GPUs of its own that would idle during updates: the plan says how not to
     idle = plan("Qwen2.5-7B-Instruct", EIGHT, tmp_path, rollout_gpus=2, trainer_workers=6)
     assert any(w["change"].startswith("--max-staleness 1") for w in idle["warnings"])
+
+
+def test_the_estimate_follows_the_path_verl_takes(tmp_path: Path) -> None:
+    """With flash-attn verl packs sequences and its cross-entropy writes its gradient in place (fewer bytes of logits
+    per token, a larger budget); without it the PyTorch path keeps more copies; a LoRA base is charged at bf16, which
+    is how verl now loads it; 8 GPUs get at least the 24k tokens per GPU of verl's own Qwen2.5-7B GRPO example."""
+    from agl_trainer.plan.memory import logit_bytes
+
+    assert logit_bytes("flash", 2) == 6 and logit_bytes("torch", 2) == 12 and logit_bytes("agl", 2) == 14
+    assert logit_bytes("flash", 2, temperature_scaled=False) == 4
+    flash = plan("Qwen2.5-7B-Instruct", EIGHT, tmp_path, trainer_workers=8)
+    padded = make_plan(
+        PlanRequest(config("Qwen2.5-7B-Instruct", tmp_path, trainer_workers=8), EIGHT, flash_attention=False)
+    )
+    assert (
+        flash["memory"]["assumes"]["logits_path"] == "flash" and padded["memory"]["assumes"]["logits_path"] == "torch"
+    )
+    assert flash["memory"]["token_budget"] > padded["memory"]["token_budget"] >= 24_576
+    assert "bf16" in flash["memory"]["assumes"]["weights"] and "fp32" in flash["memory"]["assumes"]["weights"]
+    one = plan("Qwen2.5-7B-Instruct", ONE, tmp_path)
+    assert one["memory"]["update"]["weights"] == pytest.approx(7.62e9 * 2 / 2**30, rel=0.02)  # the base in bf16
+
+
+def test_the_gpu_guide_table_is_the_plans(tmp_path: Path) -> None:
+    from agl_trainer.plan.table import MODELS as TABLE_MODELS
+    from agl_trainer.plan.table import SHAPES, plan_table
+
+    table = plan_table(MODELS)
+    rows = [r for r in table.splitlines() if r.startswith("| ") and "---" not in r][1:]
+    assert len(rows) == len(TABLE_MODELS) * len(SHAPES) * 2
+    budgets = {tuple(c.strip() for c in r.split("|")[1:4]): int(r.split("|")[5].replace(",", "")) for r in rows}
+    for (model, shape, flash), budget in budgets.items():
+        if flash == "yes":
+            assert budget >= budgets[(model, shape, "no")], (model, shape)
+    docs = (Path(__file__).parents[3] / "docs" / "guides" / "gpus.md").read_text()
+    assert "<!-- agl:gpu-plans -->" in docs  # the guide shows this table, made at every docs build
