@@ -142,4 +142,4 @@ bench-smoke: $(STAMP) $(VLLM_STAMP) $(TRL_STAMP)
 	$(BIN)/python benchmarks/perf/smoke.py
 
 clean:
-	rm -rf $(VENV) $(VLLM_VENV) $(TRL_DIR) .venv-newest runs site
+	rm -rf $(VENV) $(VLLM_VENV) $(TRL_DIR) .venv-newest .venv-gpu runs site

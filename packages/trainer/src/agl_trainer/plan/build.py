@@ -31,8 +31,8 @@ HEADROOM = 0.92  # of a GPU's memory a plan may use: the rest absorbs what the e
 MAX_TOKEN_BUDGET = 65_536
 BUDGET_STEP = 4096  # the token budgets a plan tries (verl's own recipes use 16k-32k per GPU, e.g. 24k)
 FLASH_ATTN_HINT = (
-    "pip install flash-attn --no-build-isolation (a build for the installed torch; see the README's CUDA "
-    "environment): remove-padding then packs sequences without pad tokens"
+    "make gpu (.venv-gpu: torch 2.11 with the prebuilt flash-attn wheel verl pairs with it; see Running on GPUs): "
+    "remove-padding then packs sequences without pad tokens"
 )
 
 
