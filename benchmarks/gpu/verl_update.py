@@ -76,15 +76,19 @@ def _estimate(model_path: Path, policy: Any, tokens: int) -> dict[str, float]:
 
 
 def _micro_batch_tokens(policy: Any, transitions: list[Any]) -> tuple[int, int]:
-    """(the token budget verl was given for this batch, the tokens it put in its largest micro-batch): verl packs
-    sequences into micro-batches up to the budget (`use_dynamic_bsz`)."""
+    """(the token budget verl was given for this batch, the positions of its largest micro-batch). verl splits a
+    batch into ceil(tokens / budget) micro-batches balanced by token count (`use_dynamic_bsz`); without
+    remove-padding each one is a padded block, its sequences × the batch's longest (agl pads the batch to that)."""
     lengths = [len(t.prompt_ids) + len(t.response_ids) for t in transitions]
     budget = int(policy.profile.token_budget)
     if policy.device == "cpu":  # VerlPolicy lowers a CPU's budget to keep the logits within CPU_LOGITS_BYTES
         from agl_trainer.verl.cpu import cpu_micro_batch_tokens
 
         budget = cpu_micro_batch_tokens(int(policy.config.micro_batch_tokens), policy.vocab_size, max(lengths))
-    return budget, min(budget, sum(lengths))
+    count = min(len(lengths), max(1, math.ceil(sum(lengths) / budget)))
+    if policy.profile.remove_padding:
+        return budget, math.ceil(sum(lengths) / count)
+    return budget, math.ceil(len(lengths) / count) * max(lengths)
 
 
 def run(args: argparse.Namespace) -> dict[str, Any]:
@@ -203,8 +207,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def _summary(model_path: Path, policy: Any, steps: list[dict[str, Any]], moves: list[Any], device: str) -> dict:
-    on_cpu = device == "cpu"
-    last = steps[-1] if steps else None
+    from agl_trainer.plan.memory import CUDA_CONTEXT_GIB
+
     summary: dict[str, Any] = {"device": device, "steps": steps, "moves": moves}
     print(f"moves of rank 0 ({len(moves)}):")
     for move in moves:
@@ -212,28 +216,35 @@ def _summary(model_path: Path, policy: Any, steps: list[dict[str, Any]], moves: 
             f"  to {move.get('device')}: allocated {move.get('allocated', 0) / GIB:.3f} GiB, reserved "
             f"{move.get('reserved', 0) / GIB:.3f} GiB{', cache emptied' if move.get('emptied_cache') else ''}"
         )
-    if last is not None:
-        at_budget = _estimate(model_path, policy, last["token_budget"])
-        at_batch = _estimate(model_path, policy, last["micro_batch_tokens"])
-        summary["estimate_gib"] = {"at_budget": at_budget, "at_micro_batch": at_batch}
-        for step in steps:
-            for rank, peak in enumerate(step["peaks"]):
-                if on_cpu:  # the worker's resident high-water mark, less what it held before loading the model
-                    measured = (peak.get("allocated", 0) - peak.get("before_model", 0)) / GIB
-                    what = "resident high-water mark less the process before the model"
-                else:
-                    measured = peak.get("allocated", 0) / GIB
-                    what = f"allocated (reserved {peak.get('reserved', 0) / GIB:.3f} GiB)"
-                step.setdefault("peak_gib", []).append(round(measured, 3))
-                # the estimate's CUDA context is not in the allocator's figures
-                live = at_batch["total"] - at_batch.get("cuda_context_and_slack", 0.0)
+    for step in steps:
+        at_budget = _estimate(model_path, policy, step["token_budget"])
+        at_batch = _estimate(model_path, policy, step["micro_batch_tokens"])
+        step["estimate_gib"] = {"at_budget": at_budget, "at_micro_batch": at_batch}
+        # what the allocator sees: the estimate without the CUDA context (and, for `allocated`, without the slack)
+        live = at_batch["total"] - at_batch.get("cuda_context_and_slack", 0.0)
+        with_slack = at_batch["total"] - (CUDA_CONTEXT_GIB if device == "cuda" else 0.0)
+        print(
+            f"step {step['step']}: estimate {at_batch['total']:.3f} GiB at its largest micro-batch "
+            f"({step['micro_batch_tokens']} positions; {live:.3f} GiB live, {with_slack:.3f} GiB with the allocator's "
+            f"slack), {at_budget['total']:.3f} GiB at the budget of {step['token_budget']} tokens (what the plan checks)"
+        )
+        for rank, peak in enumerate(step["peaks"]):
+            if device == "cpu":  # the worker's resident high-water mark, less what it held before loading the model
+                measured = (peak.get("allocated", 0) - peak.get("before_model", 0)) / GIB
                 print(
-                    f"step {step['step']} rank {rank}: peak {measured:.3f} GiB {what}; estimate "
-                    f"{at_batch['total']:.3f} GiB at this micro-batch's {step['micro_batch_tokens']} tokens "
-                    f"({live:.3f} GiB without the CUDA context and slack; peak/estimate {measured / live:.2f}), "
-                    f"{at_budget['total']:.3f} GiB at the budget of {step['token_budget']} tokens"
+                    f"  rank {rank}: peak {measured:.3f} GiB resident (high-water mark less the process before the "
+                    f"model) = {measured / live:.2f} x the estimate"
                 )
-        print("estimate parts (GiB) at this micro-batch:", json.dumps(at_batch))
+            else:
+                measured = peak.get("allocated", 0) / GIB
+                reserved = peak.get("reserved", 0) / GIB
+                print(
+                    f"  rank {rank}: peak {measured:.3f} GiB allocated = {measured / live:.2f} x the live estimate; "
+                    f"{reserved:.3f} GiB reserved = {reserved / with_slack:.2f} x the estimate with slack"
+                )
+            step.setdefault("peak_gib", []).append(round(measured, 3))
+    if steps:
+        print("estimate parts (GiB) at the last micro-batch:", json.dumps(steps[-1]["estimate_gib"]["at_micro_batch"]))
     return summary
 
 

@@ -232,3 +232,77 @@ def test_the_install_script_installs_every_wheel_for_python_312(tmp_path: Path) 
         assert (site / package).is_dir(), package
     assert not (site / "ray" / "jars").exists()
     assert (site / "agl-bundle-manifest.json").is_file()
+
+
+# ------------------------------------------------------------------------------------------------------------------
+# benchmarks/gpu/verl_update.py: what it reports and how it judges a run (the run itself needs verl: bundle_e2e.sh)
+
+
+def _load_verl_update() -> ModuleType:
+    spec = importlib.util.spec_from_file_location("agl_gpu_verl_update", GPU / "verl_update.py")
+    assert spec and spec.loader
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def _fake_policy(device: str, remove_padding: bool = False) -> object:
+    from types import SimpleNamespace
+
+    from agl_trainer.policy import PolicyConfig
+    from agl_trainer.verl.settings import VerlProfile
+
+    profile = VerlProfile(
+        device, "bf16" if device == "cuda" else "fp32", device == "cuda", remove_padding, "sdpa", 8192
+    )
+    return SimpleNamespace(profile=profile, config=PolicyConfig(), workers=1, device=device, vocab_size=49152)
+
+
+def _transition(prompt: int, response: int) -> object:
+    from types import SimpleNamespace
+
+    return SimpleNamespace(prompt_ids=[1] * prompt, response_ids=[2] * response)
+
+
+def test_the_micro_batch_is_sized_as_verl_splits_a_batch() -> None:
+    vu = _load_verl_update()
+    batch = [_transition(450, 40), _transition(450, 48), _transition(452, 10)] * 6  # 18 sequences, 8,700 tokens
+    # padded (no remove-padding): 2 micro-batches of 9 sequences x the longest (498)
+    assert vu._micro_batch_tokens(_fake_policy("cuda"), batch) == (8192, 9 * 498)
+    # packed: the tokens split evenly
+    assert vu._micro_batch_tokens(_fake_policy("cuda", remove_padding=True), batch) == (8192, 4350)
+    # a CPU's budget is held to what keeps the logits within 2 GiB
+    budget, positions = vu._micro_batch_tokens(_fake_policy("cpu"), batch)
+    assert budget == 2730 and positions == 5 * 498  # 4 micro-batches
+
+
+def test_a_run_passes_with_an_update_and_a_turn_per_step(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    vu = _load_verl_update()
+    model = tmp_path / "model"
+    model.mkdir()
+    config = {
+        "model_type": "llama",
+        "architectures": ["LlamaForCausalLM"],
+        "hidden_size": 576,
+        "intermediate_size": 1536,
+        "num_hidden_layers": 30,
+        "num_attention_heads": 9,
+        "num_key_value_heads": 3,
+        "vocab_size": 49152,
+        "tie_word_embeddings": True,
+        "max_position_embeddings": 8192,
+    }
+    (model / "config.json").write_text(json.dumps(config))
+    step = {"tokens": 500, "grad_norm": 0.5, "loss": -0.01, "token_budget": 8192, "micro_batch_tokens": 4000}
+    moves = [{"device": d} for d in ("cpu", "device", "cpu", "device", "cpu")]
+    peaks = [{"allocated": 2 * 2**30, "reserved": 3 * 2**30}]
+    steps = [{**step, "step": i, "peaks": peaks} for i in range(2)]
+    summary = vu._summary(model, _fake_policy("cuda"), steps, moves, "cuda")
+    out = capsys.readouterr().out
+    assert "x the live estimate" in out and "at the budget of 8192 tokens" in out
+    assert summary["steps"][0]["peak_gib"] == [2.0]
+    assert vu.verdict(summary, 2) == []
+    # a step short, an update that trained nothing, a turn that never went back to the host: each one fails
+    assert vu.verdict({**summary, "steps": steps[:1]}, 2)
+    assert vu.verdict({**summary, "steps": [steps[0], {**steps[1], "tokens": 0}]}, 2)
+    assert vu.verdict({**summary, "moves": moves[:-1]}, 2)
