@@ -12,11 +12,13 @@ PYTHONPATH (`pip install --no-index --no-deps --target`).
 
 What is in it, and what is left out:
 - verl 0.9.1, installed without its dependencies: it pins transformers<5.11 and the GPU machine has 5.17; what
-  verl's actor imports (tensordict, omegaconf, codetiming, pyzmq, fastapi/uvicorn for its rollout utilities, ...)
-  comes as wheels of its own (GROUPS below: each name with the reason it is needed).
+  verl's actor imports (tensordict, omegaconf, hydra-core, codetiming, pyzmq, fastapi/uvicorn for its rollout
+  utilities, ...) comes as wheels of its own (GROUPS below: each name with the reason it is needed). Its wheel's
+  top-level `tests` and `scripts` packages are left out (VERL_DROP).
 - Ray 2.60.0, repacked as a valid wheel without what verl's actor never runs: its Java jars (31 of its 79 MB), the
   dashboard's web client, and its libraries rllib/tune/train/serve/data/llm/air. A wheel rather than an unpacked
-  site-packages folder: the same `pip install --target` installs everything, and pip checks the RECORD we rewrite.
+  site-packages folder: one `pip install --target` installs everything alike, and the installed dist-info (RECORD
+  rewritten to what is left) stays true for importlib.metadata, through which agl checks Ray's version.
   The binaries (gcs_server, raylet, _raylet.so: 32 MB) and the runtime-env agent's vendored aiohttp stay.
 - `datasets`: verl imports it at module level (verl.utils.dataset.rl_dataset, for `load_dataset` in its own data
   loader), which agl never uses. A stub package (built here, `agl-datasets-stub`) stands in: it imports, and any
@@ -135,6 +137,10 @@ RAY_DROP = (
     "ray/air/",
     "ray/cpp/",
 )
+# verl's wheel also installs top-level `tests` and `scripts` packages, which nothing in verl imports and which would
+# shadow a project's own `tests` on PYTHONPATH
+VERL_DROP = ("tests/", "scripts/")
+DROP = {"ray": RAY_DROP, "verl": VERL_DROP}
 
 STUB_INIT = '''"""A stand-in for Hugging Face `datasets`, shipped by agl's GPU bundle (benchmarks/gpu/bundle.py).
 
@@ -327,10 +333,12 @@ def build(out: Path, part_mib: float, groups: list[str], pip: list[str]) -> dict
             source = _wheel_name(downloads, pin.requirement)
             target = wheels / source.name
             entry: dict[str, object] = {"group": group, "requirement": pin.requirement, "why": pin.why}
-            if pin.requirement.startswith("ray=="):
-                entry["stripped"] = {"from_sha256": sha256(source), "from_size": source.stat().st_size}
-                entry["stripped"].update(strip_wheel(source, target, RAY_DROP))  # type: ignore[union-attr]
-                entry["stripped"]["dropped"] = list(RAY_DROP)  # type: ignore[index]
+            drop = DROP.get(pin.requirement.split("==")[0])
+            if drop:
+                stripped: dict[str, object] = {"from_sha256": sha256(source), "from_size": source.stat().st_size}
+                stripped.update(strip_wheel(source, target, drop))
+                stripped["dropped"] = list(drop)
+                entry["stripped"] = stripped
             else:
                 shutil.copyfile(source, target)
             entries.append((target, entry))

@@ -43,7 +43,7 @@ fi
 "$VENV/bin/python" -m pip install --disable-pip-version-check --quiet torch==2.11.0 transformers==5.17.0 \
     peft==0.21.0 accelerate safetensors tokenizers numpy pyyaml psutil packaging filelock fsspec huggingface-hub \
     jinja2 requests click rich tqdm regex protobuf msgpack aiohttp httpx pandas pyarrow grpcio cloudpickle \
-    typing-extensions pillow uvloop typer 2>&1 | grep -v "is ignored: it is neither a file nor a directory" || true
+    typing-extensions pillow uvloop typer matplotlib 2>&1 | grep -v "is ignored: it is neither a file nor a directory" || true
 "$VENV/bin/python" -m pip uninstall --disable-pip-version-check --quiet -y pydantic pydantic-core annotated-types \
     typing-inspection 2>/dev/null || true
 "$VENV/bin/python" -c 'import torch, transformers, peft

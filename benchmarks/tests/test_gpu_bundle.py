@@ -231,6 +231,7 @@ def test_the_install_script_installs_every_wheel_for_python_312(tmp_path: Path) 
     for package in ("verl", "ray", "tensordict", "omegaconf", "hydra", "datasets", "zmq"):
         assert (site / package).is_dir(), package
     assert not (site / "ray" / "jars").exists()
+    assert not (site / "tests").exists() and not (site / "scripts").exists()  # verl's, left out
     assert (site / "agl-bundle-manifest.json").is_file()
 
 
