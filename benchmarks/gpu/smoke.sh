@@ -27,7 +27,8 @@
 #   AGL_SMOKE_BUNDLE       a folder of parts from benchmarks/gpu/bundle.py (verl, Ray, agl's runtime, the model):
 #                          installed first (install_bundle.sh) for machines without them and without network
 #   AGL_SMOKE_BUNDLE_TARGET where the bundle is installed and put on PYTHONPATH (default /tmp/agl-bundle-site);
-#                          an installed one (it has agl-bundle-manifest.json) is used as it is
+#                          one installed from the same bundle (the same manifest) is used as it is, and without
+#                          AGL_SMOKE_BUNDLE any installed one is
 #   AGL_SMOKE_VERL_UPDATE_STEPS   verl updates of stage f (default 2)
 #   AGL_SMOKE_VERL_UPDATE_TASKS   tasks per update of stage f, 4 answers each (default 4 on CUDA, 2 on a CPU)
 #   AGL_SMOKE_VERL_UPDATE_TIMEOUT seconds stage f may take (default 420 on CUDA, 1500 on a CPU)
@@ -61,7 +62,8 @@ say "environment (device $DEVICE, python $PY, tmp $TMP)"
 SITE=$TMP/site
 mkdir -p "$SITE"
 BUNDLE_TARGET=${AGL_SMOKE_BUNDLE_TARGET:-/tmp/agl-bundle-site}
-if [[ -n "${AGL_SMOKE_BUNDLE:-}" && ! -f "$BUNDLE_TARGET/agl-bundle-manifest.json" ]]; then
+# installed once per bundle: a target whose manifest is this bundle's is used as it is
+if [[ -n "${AGL_SMOKE_BUNDLE:-}" ]] && ! cmp -s "$AGL_SMOKE_BUNDLE/manifest.json" "$BUNDLE_TARGET/agl-bundle-manifest.json"; then
     echo "installing the bundle $AGL_SMOKE_BUNDLE into $BUNDLE_TARGET"
     AGL_BUNDLE_PYTHON=$PY bash "$HERE/install_bundle.sh" "$AGL_SMOKE_BUNDLE" "$BUNDLE_TARGET"
 fi
