@@ -127,24 +127,41 @@ def test_one_group_per_node_and_a_pool_larger_than_a_node_fails_in_time(tmp_path
 
 
 def test_verl_runs_one_rank_on_each_node(tmp_path: Path, tiny_model_dir: Path) -> None:
+    """In a driver process of its own, as `agl train --ray-address` is: a process that ran a local Ray before (other
+    test modules do) has its actors on a joined cluster cancelled as soon as they are created (Ray 2.60)."""
+    import json
+
+    with two_nodes(tmp_path, gpus=0) as address:
+        code = (
+            f"import sys; sys.path.insert(0, {str(Path(__file__).parent)!r}); import test_ray_placement as t; "
+            f"t.two_node_update({address!r}, {str(tiny_model_dir)!r})"
+        )
+        done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=600, env=ENV)
+        assert done.returncode == 0, done.stderr[-3000:]
+    result = json.loads(done.stdout.strip().splitlines()[-1])
+    assert result["tokens"] > 0 and result["grad_norm"] > 0
+    assert result["moved"] > 1e-4  # the update changed the log-probs on both ranks' shared model
+
+
+def two_node_update(address: str, model_dir: str) -> None:
+    """The driver's side of the test above: verl's actor with a rank on each node, one update; prints JSON."""
+    import json
+
     from test_verl_policy import fixed_batch
 
     from agl_trainer.config import PolicyConfig
-    from agl_trainer.policy import PolicyTrainer
+    from agl_trainer.models import load_model
+    from agl_trainer.policy import PolicyTrainer, wrap_lora
     from agl_trainer.verl.backend import VerlPolicy
 
     cfg = PolicyConfig(lr=1e-2)
-    with two_nodes(tmp_path, gpus=0) as address, connected(address):
-        from agl_trainer.models import load_model
-
-        model, tokenizer = load_model(tiny_model_dir, device="cpu")
-        from agl_trainer.policy import wrap_lora
-
+    with connected(address):
+        model, tokenizer = load_model(model_dir, device="cpu")
         twin = PolicyTrainer(wrap_lora(model, cfg), cfg, pad_id=tokenizer.pad_token_id)
         batch = fixed_batch(twin)
-        with VerlPolicy(tiny_model_dir, cfg, workers=2, ray_address=address, placement=[1, 1], device="cpu") as policy:
+        with VerlPolicy(model_dir, cfg, workers=2, ray_address=address, placement=[1, 1], device="cpu") as policy:
             before = policy.logprobs(batch)
             stats = policy.update(copy.deepcopy(batch))
             after = policy.logprobs(batch)
-        assert stats.tokens > 0 and stats.grad_norm > 0
-        assert max(abs(a - b) for x, y in zip(before, after, strict=True) for a, b in zip(x, y, strict=True)) > 1e-4
+    moved = max(abs(a - b) for x, y in zip(before, after, strict=True) for a, b in zip(x, y, strict=True))
+    print(json.dumps({"tokens": stats.tokens, "grad_norm": stats.grad_norm, "moved": moved}))
