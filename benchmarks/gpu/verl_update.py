@@ -70,25 +70,31 @@ def _estimate(model_path: Path, policy: Any, tokens: int) -> dict[str, float]:
         lora_targets=tuple(config.lora_targets),
         compute_bytes=2 if profile.dtype == "bf16" else 4,
         gradient_checkpointing=profile.gradient_checkpointing,
+        # the path verl takes from logits to log-probs, as the plan charges it (agl_trainer.plan.memory.logit_bytes)
+        logits_path="flash" if profile.remove_padding else "torch",
         cuda=profile.device == "cuda",
     )
     return update_memory(setup)
 
 
 def _micro_batch_tokens(policy: Any, transitions: list[Any]) -> tuple[int, int]:
-    """(the token budget verl was given for this batch, the positions of its largest micro-batch). verl splits a
-    batch into ceil(tokens / budget) micro-batches balanced by token count (`use_dynamic_bsz`); without
-    remove-padding each one is a padded block, its sequences × the batch's longest (agl pads the batch to that)."""
+    """(the token budget verl was given for this batch, the positions of its largest micro-batch). With
+    remove-padding verl splits a batch into ceil(tokens / budget) micro-batches balanced by token count; without
+    it agl gives verl micro-batches of k sequences, k × the batch's longest ≤ the budget, k dividing each rank's
+    rows (`VerlPolicy._micro_batching`), each a padded block of k × the longest."""
     lengths = [len(t.prompt_ids) + len(t.response_ids) for t in transitions]
     budget = int(policy.profile.token_budget)
     if policy.device == "cpu":  # VerlPolicy lowers a CPU's budget to keep the logits within CPU_LOGITS_BYTES
         from agl_trainer.verl.cpu import cpu_micro_batch_tokens
 
-        budget = cpu_micro_batch_tokens(int(policy.config.micro_batch_tokens), policy.vocab_size, max(lengths))
-    count = min(len(lengths), max(1, math.ceil(sum(lengths) / budget)))
+        budget = cpu_micro_batch_tokens(budget, policy.vocab_size, max(lengths))
     if policy.profile.remove_padding:
+        count = min(len(lengths), max(1, math.ceil(sum(lengths) / budget)))
         return budget, math.ceil(sum(lengths) / count)
-    return budget, math.ceil(len(lengths) / count) * max(lengths)
+    rows = -(-len(lengths) // policy.workers)  # per rank, the batch padded to a multiple of the ranks
+    fits = max(1, budget // max(lengths))
+    k = max(d for d in range(1, rows + 1) if rows % d == 0 and d <= fits)
+    return budget, k * max(lengths)
 
 
 def run(args: argparse.Namespace) -> dict[str, Any]:

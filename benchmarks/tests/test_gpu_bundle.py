@@ -278,13 +278,14 @@ def _transition(prompt: int, response: int) -> object:
 def test_the_micro_batch_is_sized_as_verl_splits_a_batch() -> None:
     vu = _load_verl_update()
     batch = [_transition(450, 40), _transition(450, 48), _transition(452, 10)] * 6  # 18 sequences, 8,700 tokens
-    # padded (no remove-padding): 2 micro-batches of 9 sequences x the longest (498)
+    # padded (no remove-padding): micro-batches of k sequences x the longest (498), k ≤ 8192 // 498 = 16 dividing
+    # the 18 rows: 2 of 9
     assert vu._micro_batch_tokens(_fake_policy("cuda"), batch) == (8192, 9 * 498)
     # packed: the tokens split evenly
     assert vu._micro_batch_tokens(_fake_policy("cuda", remove_padding=True), batch) == (8192, 4350)
     # a CPU's budget is held to what keeps the logits within 2 GiB
     budget, positions = vu._micro_batch_tokens(_fake_policy("cpu"), batch)
-    assert budget == 2730 and positions == 5 * 498  # 4 micro-batches
+    assert budget == 2730 and positions == 3 * 498  # k ≤ 5 dividing 18: 6 micro-batches of 3
 
 
 def test_a_run_passes_with_an_update_and_a_turn_per_step(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
