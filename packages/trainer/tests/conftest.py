@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -10,6 +11,11 @@ import pytest
 
 from agl_trainer.engine import Engine
 from agl_trainer.models import build_tiny_llama, load_model
+
+# Every Ray these tests start or join (local ones, and the two-node cluster of test_ray_placement) is a throw-away
+# cluster on loopback, and all run in this one process: with token authentication on for the first (Ray 2.60's
+# default) and off for another, the actors of the later clusters are cancelled before they run.
+os.environ.setdefault("RAY_AUTH_MODE", "disabled")
 
 
 @pytest.fixture(scope="session")
