@@ -114,26 +114,32 @@ class CallRecord:
                 continue
             if choice.get("prompt_token_ids") is not None and self.prompt_ids is None:
                 self.prompt_ids = choice["prompt_token_ids"]
+            # appended in place: a long answer is thousands of chunks, and rebuilding the lists (or strings) at
+            # every chunk made one stream quadratic in its length, on the event loop every other call shares
             ids = choice.get("token_ids")
             if ids is not None:
-                self.response_ids = (self.response_ids or []) + list(ids)
+                if self.response_ids is None:
+                    self.response_ids = []
+                self.response_ids.extend(ids)
             content = (choice.get("logprobs") or {}).get("content")
             if content:
-                self.logprobs = (self.logprobs or []) + [float(c["logprob"]) for c in content]
+                if self.logprobs is None:
+                    self.logprobs = []
+                self.logprobs.extend(float(c["logprob"]) for c in content)
             delta = choice.get("delta") or {}
             if delta.get("content"):
                 self.content.append(delta["content"])
             for tc in delta.get("tool_calls") or []:
                 slot = self.tool_calls.setdefault(
-                    tc.get("index", 0), {"id": None, "type": "function", "function": {"name": "", "arguments": ""}}
+                    tc.get("index", 0), {"id": None, "type": "function", "function": {"name": [], "arguments": []}}
                 )
                 if tc.get("id"):
                     slot["id"] = tc["id"]
                 fn = tc.get("function") or {}
                 if fn.get("name"):
-                    slot["function"]["name"] += fn["name"]
+                    slot["function"]["name"].append(fn["name"])
                 if fn.get("arguments"):
-                    slot["function"]["arguments"] += fn["arguments"]
+                    slot["function"]["arguments"].append(fn["arguments"])
             if choice.get("finish_reason"):
                 self.finish_reason = choice["finish_reason"]
 
@@ -176,7 +182,7 @@ class CallRecord:
         if stream and (self.content or self.tool_calls):
             message = {"role": "assistant", "content": "".join(self.content) or None}
             if self.tool_calls:
-                message["tool_calls"] = [self.tool_calls[i] for i in sorted(self.tool_calls)]
+                message["tool_calls"] = [_joined(self.tool_calls[i]) for i in sorted(self.tool_calls)]
         reason = None
         if self.abandoned:
             reason = "abandoned: the agent hung up before the answer"
@@ -302,3 +308,9 @@ def json_type(value: Any) -> str:
         dict: "an object",
     }
     return "null" if value is None else names.get(type(value), type(value).__name__)
+
+
+def _joined(slot: dict[str, Any]) -> dict[str, Any]:
+    """A streamed tool call as one message part: its name and arguments, received in pieces, joined."""
+    fn = slot["function"]
+    return {**slot, "function": {"name": "".join(fn["name"]), "arguments": "".join(fn["arguments"])}}

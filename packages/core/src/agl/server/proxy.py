@@ -394,28 +394,37 @@ class LLMProxy:
         )
 
     async def _relay(self, resp: aiohttp.ClientResponse, rec: CallRecord) -> AsyncIterator[bytes]:
-        """Pass SSE bytes through untouched while parsing the events they carry."""
-        buffer = b""
+        """Pass SSE bytes through untouched while parsing the events they carry.
+
+        Linear in the stream's length: the bytes of an event not yet complete wait in one growing buffer, each is
+        searched for the end of an event once (a search resumes where the last stopped, one byte back for a
+        `\\n\\n` split across chunks), and the complete events leave it in one cut per chunk."""
+        pending = bytearray()
         stored = False
         try:
             async for chunk in resp.content.iter_any():
-                buffer += chunk
+                searched = max(len(pending) - 1, 0)
+                pending += chunk
                 done = False
-                rewritten = b""
-                while b"\n\n" in buffer:
-                    event, buffer = buffer.split(b"\n\n", 1)
+                rewritten: list[bytes] = []
+                taken = 0
+                while (end := pending.find(b"\n\n", max(searched, taken))) >= 0:
+                    event = bytes(pending[taken:end])
+                    taken = end + 2
                     done = self._take_event(event, rec) or done
                     if rec.strip_logprobs:
-                        rewritten += _event_without_logprobs(event) + b"\n\n"
+                        rewritten.append(_event_without_logprobs(event) + b"\n\n")
+                if taken:
+                    del pending[:taken]
                 if done and not stored:
                     stored = True
                     await self._stored(rec, stream=True)  # committed before the agent sees [DONE]
                 if not rec.strip_logprobs:
                     yield chunk  # byte for byte
                 elif rewritten:
-                    yield rewritten  # whole events only; a partial one waits in the buffer
-            if rec.strip_logprobs and buffer:
-                yield buffer
+                    yield b"".join(rewritten)  # whole events only; a partial one waits in the buffer
+            if rec.strip_logprobs and pending:
+                yield bytes(pending)
         except BaseException as exc:
             if rec.abandoned:
                 rec.http_status, rec.error = 499, ABANDONED_STREAM
