@@ -8,7 +8,10 @@ the slowest answer and the failures:
 - slowloris: 1,100 connections that stop in the middle of their headers, against a server whose open-file
   limit is 1,024 (as in the report); then whether the server closed them by itself within 15 s;
 - otlp: OTLP/protobuf export requests of 100,000 and of 300,000 spans;
-- proxy: 3,000 concurrent chat completions through the proxy to an upstream that takes 5 s each.
+- proxy: 3,000 concurrent chat completions through the proxy to an upstream that takes 5 s each;
+- long stream (issue #41, N11): one streamed answer of 16k, 32k and 64k tokens (one SSE event each, with ids and
+  log-probs, as vLLM sends them), read whole: the server's CPU seconds for it, which grew with the square of the
+  length while every other request waited on the event loop.
 
 Run it on this checkout, or on another one's sources with the same environment:
 
@@ -54,6 +57,11 @@ class Server:
         self.proc, self.url = proc, url
         host, port = url.removeprefix("http://").rsplit(":", 1)
         self.addr = (host, int(port))
+
+    def cpu_s(self) -> float:
+        """The server process's CPU seconds so far (user + system)."""
+        fields = Path(f"/proc/{self.proc.pid}/stat").read_text().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
     def peak_rss_mb(self) -> float:
         for line in Path(f"/proc/{self.proc.pid}/status").read_text().splitlines():
@@ -280,21 +288,51 @@ def attack_proxy(src: str | None, calls: int = 3000, attempts: int = 100) -> dic
         proc.wait(10)
 
 
+def attack_long_stream(src: str | None, tokens: int) -> dict[str, Any]:
+    proc, upstream = start_upstream_process()
+    try:
+        with serve(src, upstream=upstream) as server:
+            httpx.post(f"{server.url}/api/v1/rollouts", json={"task": {"input": "q"}})
+            (c,) = httpx.post(f"{server.url}/api/v1/claims", json={"worker_id": "w", "lease_s": 600}).json()
+            url = f"{server.url}/rollout/{c['rollout']['id']}/attempt/{c['attempt']['id']}/v1/chat/completions"
+            # the scripted upstream echoes the prompt: "hi " n times is 2n pieces (words and spaces), one event each
+            body = {"model": "m", "stream": True, "messages": [{"role": "user", "content": "hi " * (tokens // 2)}]}
+            with Probe(server.url) as probe:
+                cpu0, t0 = server.cpu_s(), time.monotonic()
+                received = 0
+                with httpx.stream("POST", url, json=body, timeout=600) as resp:
+                    for data in resp.iter_bytes():
+                        received += len(data)
+                elapsed, cpu = time.monotonic() - t0, server.cpu_s() - cpu0
+            return {
+                "tokens": tokens,
+                "bytes streamed (MB)": received / 2**20,
+                "seconds": elapsed,
+                "server CPU (s)": cpu,
+                "health: slowest (s)": probe.worst_s,
+                "health: failed": probe.failed,
+            }
+    finally:
+        proc.terminate()
+        proc.wait(10)
+
+
 def smoke() -> None:
     """`make bench-smoke`: that every attack still runs, each at a small size (the numbers are not judged)."""
     report("server_attack_header_smoke", attack_header(None, big_mb=2, small_mb=1))
     report("server_attack_slowloris_smoke", attack_slowloris(None, connections=40))
     report("server_attack_otlp_smoke", attack_otlp(None, 1_000))
     report("server_attack_proxy_smoke", attack_proxy(None, calls=40, attempts=10))
+    report("server_attack_long_stream_smoke", attack_long_stream(None, 2_000))
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--src", help="agl-core sources to run the server from (default: the installed agl)")
     parser.add_argument("--name", default="after", help="suffix of the result files")
-    parser.add_argument("--only", choices=["header", "slowloris", "otlp", "proxy"], action="append")
+    parser.add_argument("--only", choices=["header", "slowloris", "otlp", "proxy", "long-stream"], action="append")
     args = parser.parse_args()
-    chosen = set(args.only or ["header", "slowloris", "otlp", "proxy"])
+    chosen = set(args.only or ["header", "slowloris", "otlp", "proxy", "long-stream"])
     if "header" in chosen:
         report(f"server_attack_header_{args.name}", attack_header(args.src))
     if "slowloris" in chosen:
@@ -304,6 +342,9 @@ def main() -> None:
             report(f"server_attack_otlp_{n}_{args.name}", attack_otlp(args.src, n))
     if "proxy" in chosen:
         report(f"server_attack_proxy_{args.name}", attack_proxy(args.src))
+    if "long-stream" in chosen:
+        for tokens in (16_000, 32_000, 64_000):
+            report(f"server_attack_long_stream_{tokens}_{args.name}", attack_long_stream(args.src, tokens))
 
 
 if __name__ == "__main__":
