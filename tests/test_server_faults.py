@@ -42,9 +42,11 @@ from tests.conftest import run_cli, wait_until
 
 
 def claim(server: ServerProcess) -> dict[str, Any]:
+    """Enqueue a rollout and claim it, leased for longer than any test here runs: a lease that ran out on a slow
+    machine would requeue an earlier rollout, and the next claim would take that one instead of its own."""
     with Client(server.url) as client:
         client.enqueue("q")
-    (found,) = httpx.post(f"{server.url}{API}/claims", json={"worker_id": "w"}).json()
+    (found,) = httpx.post(f"{server.url}{API}/claims", json={"worker_id": "w", "lease_s": 600}).json()
     return dict(found)
 
 
