@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from agl.client import Client
-from agl.processes import ServerProcess
+from agl.common.processes import ServerProcess
 from agl.testing.fixtures import StartWorker, wait_rollouts
 
 REPO = Path(__file__).resolve().parents[1]

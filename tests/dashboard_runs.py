@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from agl import failure
+from agl.common import failure
 from agl.schema import Attribution, EnqueueRequest, LLMCall, RewardIn, RewardSource, SpanIn, SpanStatus, TaskIn
 from agl.store import Store
 

@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 
 from agl.client import Client
-from agl.processes import start_server
+from agl.common.processes import start_server
 from agl.testing.fixtures import wait_rollouts
 
 pytestmark = pytest.mark.slow

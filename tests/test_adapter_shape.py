@@ -1,5 +1,5 @@
 """All five adapters (and core's HTTP hook) have one entry-point shape, on one base: `instrument()`,
-`uninstrument()`, `is_instrumented()`, and an `agl.instrumentation.Instrumentor` subclass that runs them."""
+`uninstrument()`, `is_instrumented()`, and an `agl.capture.instrumentation.Instrumentor` subclass that runs them."""
 
 from __future__ import annotations
 
@@ -7,8 +7,8 @@ import importlib
 
 import pytest
 
-from agl.instrumentation import Instrumentor
-from agl.tracing.http_inject import HttpInstrumentor
+from agl.capture.instrumentation import Instrumentor
+from agl.capture.tracing.http_inject import HttpInstrumentor
 
 ADAPTERS = {
     "agl_langchain": "LangChainInstrumentor",

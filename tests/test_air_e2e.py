@@ -9,10 +9,10 @@ from typing import Any
 import openai
 
 import agl
-from agl.air import air_rewards, with_air
 from agl.client import Client
-from agl.processes import ServerProcess
-from agl.transitions import build_episode
+from agl.common.processes import ServerProcess
+from agl.learn.air import air_rewards, with_air
+from agl.learn.transitions import build_episode
 from tests.e2e_agents import CALCULATOR
 
 

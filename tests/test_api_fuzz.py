@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from agl.client import Client
-from agl.processes import ServerProcess
+from agl.common.processes import ServerProcess
 
 pytestmark = pytest.mark.slow
 

@@ -17,7 +17,7 @@ import openai
 
 import agl
 from agl.client import Client
-from agl.processes import ServerProcess
+from agl.common.processes import ServerProcess
 from agl.schema import LLMCall
 
 

@@ -20,14 +20,14 @@ import pytest
 from rich.console import Console
 
 import agl
-from agl import runner as runner_module
+from agl.capture import runner as runner_module
+from agl.capture.tracing import http_inject
 from agl.cli.show import render_rollout
 from agl.client import Client
-from agl.processes import ServerProcess
+from agl.common.processes import ServerProcess
+from agl.learn.selection import AgentSelection
+from agl.learn.transitions import BuildStats, build_episode
 from agl.schema import Attribution, LLMCall
-from agl.selection import AgentSelection
-from agl.tracing import http_inject
-from agl.transitions import BuildStats, build_episode
 
 
 def _run(agent: Any, server: ServerProcess, client: Client, n: int = 1) -> list[list[LLMCall]]:
@@ -98,7 +98,7 @@ def test_a_call_that_bypasses_the_hook_inside_a_scope_is_marked_counted_and_warn
     server: ServerProcess, client: Client, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setattr(runner_module, "_warned_missed", False)
-    caplog.set_level(logging.WARNING, logger="agl.runner")
+    caplog.set_level(logging.WARNING, logger="agl.capture.runner")
     runs = _run(urllib_agent_in_scopes, server, client, n=2)
     for calls in runs:
         assert [(c.agent_name, c.attribution) for c in calls] == [
@@ -128,7 +128,7 @@ def test_a_call_that_bypasses_the_hook_with_no_scope_opened_is_only_unattributed
     server: ServerProcess, client: Client, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setattr(runner_module, "_warned_missed", False)
-    caplog.set_level(logging.WARNING, logger="agl.runner")
+    caplog.set_level(logging.WARNING, logger="agl.capture.runner")
     ((call,),) = _run(urllib_agent_without_scopes, server, client)
     assert call.agent_name is None and call.attribution is Attribution.unhooked
     assert not call.attribution.lost

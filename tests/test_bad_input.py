@@ -17,7 +17,7 @@ import pytest
 
 import agl
 from agl.client import Client
-from agl.processes import ServerProcess, start_server
+from agl.common.processes import ServerProcess, start_server
 from tests.conftest import run_cli
 
 API = "/api/v1"

@@ -17,7 +17,7 @@ from typing import Any
 import httpx
 
 from agl.client import Client
-from agl.processes import ServerProcess, start_worker
+from agl.common.processes import ServerProcess, start_worker
 from agl.testing.fixtures import wait_rollouts
 
 AGENT = str(Path(__file__).resolve().parent / "e2e_agents.py") + ":elsewhere_agent"

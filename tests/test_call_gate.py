@@ -20,7 +20,7 @@ import openai
 import pytest
 
 from agl.client import AglHTTPError, Client
-from agl.processes import ServerProcess, start_server
+from agl.common.processes import ServerProcess, start_server
 from agl.schema import ModelVersionIn
 from agl.testing.upstream import start_upstream_process
 

@@ -10,7 +10,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from agl.processes import ServerProcess, start_server
+from agl.common.processes import ServerProcess, start_server
 from tests.dashboard_runs import write_run
 
 TOKEN = "dash-s3cret"

@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from agl.processes import ServerProcess, start_server
+from agl.common.processes import ServerProcess, start_server
 from agl_trainer.loop import TrainingRun
 from agl_trainer.models import build_tiny_llama
 from tests.test_train_e2e import config

@@ -24,9 +24,9 @@ from typing import Any
 
 import pytest
 
+from agl.capture.decorator import RolloutFunction
 from agl.client import Client
-from agl.decorator import RolloutFunction
-from agl.processes import ServerProcess
+from agl.common.processes import ServerProcess
 from agl.testing.fixtures import run_one
 
 REPO = Path(__file__).resolve().parents[1]

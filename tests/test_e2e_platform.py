@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from agl.client import Client
-from agl.processes import ServerProcess
+from agl.common.processes import ServerProcess
 from agl.testing.upstream import encode, render_prompt
 from tests.conftest import run_cli, wait_all, wait_until
 
@@ -197,7 +197,7 @@ def test_eval_temperature_overrides_what_the_agent_asks_for_in_eval_rollouts_onl
 ) -> None:
     import httpx
 
-    from agl.processes import start_server
+    from agl.common.processes import start_server
 
     server = start_server(tmp_path / "run", upstream=upstream, extra_args=["--eval-temperature=0"])
     try:

@@ -13,7 +13,7 @@ import openai
 import pytest
 
 from agl.client import Client
-from agl.processes import ServerProcess, start_server, start_worker
+from agl.common.processes import ServerProcess, start_server, start_worker
 from agl.testing.fixtures import wait_rollouts
 
 pytestmark = pytest.mark.slow

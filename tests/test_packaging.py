@@ -12,7 +12,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from agl.processes import read_ready_line
+from agl.common.processes import read_ready_line
 
 pytestmark = pytest.mark.slow
 

@@ -19,7 +19,7 @@ import openai
 import pytest
 
 from agl.client import Client
-from agl.processes import ServerProcess, start_server
+from agl.common.processes import ServerProcess, start_server
 from agl.schema import LLMCall
 
 SAY_TEMPERATURE = {"role": "system", "content": "agl-say: sampled at {temperature}"}

@@ -16,7 +16,7 @@ import openai
 import pytest
 
 from agl.client import Client
-from agl.processes import ServerProcess, start_server
+from agl.common.processes import ServerProcess, start_server
 from agl.schema import LLMCall
 from agl.testing.upstream import encode, render_prompt
 

@@ -35,7 +35,7 @@ import httpx
 import pytest
 
 from agl.client import API, Client
-from agl.processes import ServerProcess, read_ready_line, start_server
+from agl.common.processes import ServerProcess, read_ready_line, start_server
 from agl.schema import RewardIn, SpanIn
 from agl.testing.upstream import start_upstream_process
 from tests.conftest import run_cli, wait_until

@@ -23,7 +23,7 @@ import pytest
 
 import agl
 from agl.client import API, Client
-from agl.processes import ServerProcess, start_server
+from agl.common.processes import ServerProcess, start_server
 from agl.store import Store
 from agl.testing.upstream import start_upstream_process
 

@@ -317,7 +317,7 @@ def logprob_moves(run_dir: Path, model: Path, step: int) -> list[tuple[float, in
     the checkpoints before and after that step's update, computed by agl's trainer (not the backend that trained)."""
     from peft import PeftModel
 
-    from agl.transitions import build_episodes
+    from agl.learn.transitions import build_episodes
     from agl_trainer.models import load_model
     from agl_trainer.policy import PolicyTrainer
 
@@ -360,8 +360,8 @@ def test_a_step_whose_rollouts_all_sent_their_calls_around_agl_stops_the_run(tmp
 
 
 def test_llm_call_counts_tell_bypassing_from_silent_rollouts() -> None:
+    from agl.common.trainable import TrainableRollout
     from agl.schema import Rollout, RolloutStatus, Task
-    from agl.trainable import TrainableRollout
     from agl_trainer.loop import llm_call_counts
 
     def rollout(bypassed: int, calls: int) -> TrainableRollout:

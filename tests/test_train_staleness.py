@@ -19,9 +19,9 @@ from typing import Any
 
 import pytest
 
-from agl.selection import AgentSelection
+from agl.learn.selection import AgentSelection
+from agl.learn.transitions import build_episodes
 from agl.store import Store
-from agl.transitions import build_episodes
 from agl_trainer.loop import TrainConfig, TrainingRun
 from agl_trainer.models import build_tiny_llama
 from agl_trainer.policy import PolicyConfig

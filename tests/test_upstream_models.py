@@ -15,9 +15,9 @@ import httpx
 import orjson
 import pytest
 
-from agl.asgi import ThreadedServer
 from agl.client import API, Client
-from agl.processes import ServerProcess, start_server
+from agl.common.asgi import ThreadedServer
+from agl.common.processes import ServerProcess, start_server
 from agl.testing.upstream import read_body, respond_json
 
 

@@ -25,9 +25,9 @@ import httpx
 import pytest
 import torch
 
+from agl.learn.transitions import Transition
 from agl.schema import LLMCall
 from agl.store import Store
-from agl.transitions import Transition
 from agl_trainer.chat_format import render_prompt
 from agl_trainer.engine_check import check_served_logprobs
 from agl_trainer.examples import calculator

@@ -100,7 +100,7 @@ def _micro_batch_tokens(policy: Any, transitions: list[Any]) -> tuple[int, int]:
 def run(args: argparse.Namespace) -> dict[str, Any]:
     import torch
 
-    from agl.transitions import Transition
+    from agl.learn.transitions import Transition
     from agl_trainer.chat_format import render_prompt
     from agl_trainer.engine import Engine, GenerationRequest
     from agl_trainer.examples.calculator import CALCULATOR, first_turn, train_tasks

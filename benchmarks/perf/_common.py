@@ -12,7 +12,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from agl.processes import ServerProcess, start_server
+from agl.common.processes import ServerProcess, start_server
 
 RESULTS_DIR = Path(os.environ.get("AGL_BENCH_OUT", Path(__file__).resolve().parent / "results"))
 

@@ -4,7 +4,7 @@ Synthetic rollouts shaped like the main job's: groups of 8 rollouts per task, 4 
 token ids that grow turn by turn, responses of 40), an intermediate and a final reward. Measured twice:
 from records already in memory (transitions + credit only), and from the SQLite store (reading the records
 back included), for each credit strategy. Then the training read over HTTP, as `agl train` makes it: `agl serve`
-on the same store, the binary body and the JSON one (agl.trainable_wire), each decoded alone.
+on the same store, the binary body and the JSON one (agl.common.trainable_wire), each decoded alone.
 """
 
 from __future__ import annotations
@@ -21,13 +21,13 @@ import httpx
 from _common import report
 
 from agl.client import Client
-from agl.credit import STRATEGIES, assign_credit
-from agl.processes import start_server
+from agl.common.processes import start_server
+from agl.common.trainable import TrainableRollout
+from agl.common.trainable_wire import BINARY_TYPE, JSON_TYPE, from_binary, from_json
+from agl.learn.credit import STRATEGIES, assign_credit
+from agl.learn.transitions import Episode, build_episodes
 from agl.schema import Attribution, EnqueueRequest, LLMCall, RewardIn, TaskIn
 from agl.store import Store
-from agl.trainable import TrainableRollout
-from agl.trainable_wire import BINARY_TYPE, JSON_TYPE, from_binary, from_json
-from agl.transitions import Episode, build_episodes
 
 CALLS_PER_ROLLOUT = 4
 GROUP = 8

@@ -17,7 +17,7 @@ from typing import Any
 import httpx
 from _common import median, report
 
-from agl.processes import start_server
+from agl.common.processes import start_server
 from agl.schema import Attribution, EnqueueRequest, LLMCall, TaskIn
 from agl.store import Store
 

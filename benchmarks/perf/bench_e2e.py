@@ -17,7 +17,7 @@ import httpx
 from _common import report, upstream_and_server
 
 from agl.client import Client
-from agl.processes import start_worker
+from agl.common.processes import start_worker
 
 AGENTS = Path(__file__).resolve().parent / "agents.py"
 

@@ -32,8 +32,8 @@ from typing import Any
 
 from _common import report
 
+from agl.learn.transitions import Transition
 from agl.testing.upstream import start_upstream_process
-from agl.transitions import Transition
 from agl_trainer.config import TrainConfig
 from agl_trainer.loop import TrainingRun
 from agl_trainer.metrics import MetricsLog

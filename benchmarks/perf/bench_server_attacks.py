@@ -39,7 +39,7 @@ from typing import Any
 import httpx
 from _common import report
 
-from agl.processes import read_ready_line
+from agl.common.processes import read_ready_line
 from agl.testing.upstream import start_upstream_process
 
 _SERVE = (

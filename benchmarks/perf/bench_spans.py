@@ -22,7 +22,7 @@ import orjson
 from _common import report
 
 from agl.client import Client
-from agl.processes import start_server
+from agl.common.processes import start_server
 
 
 def json_batches(n_batches: int, batch: int, rollout_id: str, attempt_id: str) -> list[bytes]:

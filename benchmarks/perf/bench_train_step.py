@@ -19,8 +19,8 @@ from typing import Any
 
 from _common import report
 
-from agl.credit import assign_credit
-from agl.transitions import Episode, Transition
+from agl.learn.credit import assign_credit
+from agl.learn.transitions import Episode, Transition
 from agl_trainer.chat_format import parse_answer, render_prompt
 from agl_trainer.engine import Engine, GenerationRequest
 from agl_trainer.examples import calculator

@@ -31,7 +31,7 @@ def measure(tokens: int, *, full: bool, checkpointing: bool, micro_batches: int 
     """Two updates of verl's worker on `micro_batches` full micro-batches of `tokens` tokens; the second's peak."""
     import random
 
-    from agl.transitions import Transition
+    from agl.learn.transitions import Transition
     from agl_trainer.config import PolicyConfig
     from agl_trainer.models import resolve_model
     from agl_trainer.verl.backend import VerlPolicy

@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from agl.air import ToolStatusRule
 from agl.cli.main import cli
+from agl.learn.air import ToolStatusRule
 from agl_bench.evaluation import EvalConfig, ModelSpec, run_eval
 from agl_bench.recipes import read_recipe
 from agl_bench.task import BenchTask, get_task

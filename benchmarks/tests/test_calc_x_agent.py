@@ -12,9 +12,9 @@ from typing import Any
 
 import pytest
 
-from agl.air import air_rewards
 from agl.client import Client
-from agl.processes import ServerProcess
+from agl.common.processes import ServerProcess
+from agl.learn.air import air_rewards
 from agl.schema import RolloutDetail
 from agl.testing.fixtures import wait_rollouts
 from agl_bench.calc_x.task import TASK

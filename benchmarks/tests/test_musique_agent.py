@@ -8,9 +8,9 @@ from typing import Any
 import pytest
 from musique_support import SMALL_CORPUS, embedding_server, write_jsonl
 
-from agl.air import air_rewards
 from agl.client import Client
-from agl.processes import ServerProcess
+from agl.common.processes import ServerProcess
+from agl.learn.air import air_rewards
 from agl.schema import RolloutDetail
 from agl.testing.fixtures import wait_rollouts
 from agl_bench.datasets import datasets_root

@@ -12,9 +12,9 @@ import pytest
 from langchain_core.language_models.fake_chat_models import GenericFakeChatModel
 from langchain_core.messages import AIMessage
 
-from agl.air import air_rewards
 from agl.client import Client
-from agl.processes import ServerProcess
+from agl.common.processes import ServerProcess
+from agl.learn.air import air_rewards
 from agl.schema import LLMCall, RolloutDetail, Span
 from agl.testing.fixtures import wait_rollouts
 from agl_bench.datasets import datasets_root

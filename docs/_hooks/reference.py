@@ -6,6 +6,8 @@ A page holds a marker comment where a part goes:
   every option, walked through click as `agl --help` would;
 - `<!-- agl:rest -->`: every route of `agl serve`'s OpenAPI document, by tag;
 - `<!-- agl:options -->`: every key an option file (`agl train --config`) takes, with its flag, default and help;
+- `<!-- agl:layout -->`: agl-core's stages and folders, and what each stage imports, from the import graph of its
+  source (`agl.common.layout`, the same map `packages/core/tests/test_layout.py` checks);
 - `<!-- agl:gpu-plans -->`: the GPU guide's table of plans, made by `agl train --plan`'s own code
   (`agl_trainer.plan.table`) from the published model configs the tests plan with.
 """
@@ -19,7 +21,7 @@ from typing import Any
 
 import click
 
-MARKERS = ("cli", "rest", "options", "gpu-plans")
+MARKERS = ("cli", "rest", "options", "gpu-plans", "layout")
 
 
 def on_page_markdown(markdown: str, page: Any, config: Any, files: Any) -> str:
@@ -146,10 +148,59 @@ def options_reference() -> str:
     return "| key | flag | default | what |\n| --- | --- | --- | --- |\n" + "\n".join(rows) + "\n"
 
 
+def layout() -> str:
+    """A picture of agl-core's stages, highest first (each box: its folders and modules, and the stages below it
+    that its modules import, read from the code), then a table of the folders."""
+    import agl
+    from agl.common.layout import STAGES, graph, stage
+
+    root = Path(agl.__file__).parent
+    modules = graph(root)
+    members: dict[int, list[str]] = {rank: [] for rank in range(len(STAGES))}
+    uses: dict[int, set[int]] = {rank: set() for rank in range(len(STAGES))}
+    for name, targets in modules.items():
+        rank = stage(name)
+        members[rank].append(name)
+        uses[rank] |= {stage(t) for t in targets if t != "agl" and stage(t) < rank}
+    width = 108
+    lines = ["```"]
+    for rank in reversed(range(len(STAGES))):
+        title, what, _ = STAGES[rank]
+        below = ", ".join(STAGES[r][0] for r in sorted(uses[rank], reverse=True)) or "nothing of agl"
+        folders = sorted({".".join(m.split(".")[:2]) for m in members[rank]})
+        lines.append("┌" + "─" * (width - 2) + "┐")
+        for text in (f"{title}: {what}", f"  {', '.join(folders)}", f"  imports: {below}"):
+            while text:
+                lines.append("│ " + text[: width - 4].ljust(width - 4) + " │")
+                text = ("    " + text[width - 4 :]) if len(text) > width - 4 else ""
+        lines.append("└" + "─" * (width - 2) + "┘")
+        if rank:
+            lines.append(" " * (width // 2 - 1) + "▼")
+    lines.append("```")
+    rows = ["", "| folder | stage | modules |", "| --- | --- | --- |"]
+    packages: dict[str, list[str]] = {}
+    for name in sorted(modules):
+        parts = name.split(".")
+        folder = ".".join(parts[:2]) if len(parts) > 2 or (root / parts[-1]).is_dir() else name
+        if name == "agl":
+            folder = "agl"
+        packages.setdefault(folder, []).append(name)
+    for folder, names in sorted(packages.items(), key=lambda kv: (stage(kv[0]), kv[0])):
+        short = ", ".join(f"`{n.removeprefix(folder + '.') or n}`" for n in names if n != folder) or "—"
+        rows.append(f"| `{folder}` | {STAGES[stage(folder)][0]} | {short} |")
+    return "\n".join(lines + rows) + "\n"
+
+
 def gpu_plans() -> str:
     from agl_trainer.plan.table import plan_table
 
     return plan_table(Path(__file__).parents[2] / "packages" / "trainer" / "tests" / "data" / "models")
 
 
-GENERATORS = {"cli": cli_reference, "rest": rest_reference, "options": options_reference, "gpu-plans": gpu_plans}
+GENERATORS = {
+    "cli": cli_reference,
+    "rest": rest_reference,
+    "options": options_reference,
+    "gpu-plans": gpu_plans,
+    "layout": layout,
+}

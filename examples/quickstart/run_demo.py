@@ -22,7 +22,7 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from agl.client import Client
-from agl.processes import start_server, start_worker
+from agl.common.processes import start_server, start_worker
 from agl.testing.upstream import start_upstream_process
 
 HERE = Path(__file__).resolve().parent

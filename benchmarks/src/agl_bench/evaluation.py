@@ -25,7 +25,7 @@ from rich.console import Console
 from rich.table import Table
 
 from agl.client import Client
-from agl.processes import start_server, start_worker
+from agl.common.processes import start_server, start_worker
 from agl.schema import RolloutDetail
 from agl_bench.results import read_outcome
 from agl_bench.task import BenchTask

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from agl.air import AirRule
+from agl.learn.air import AirRule
 
 
 @dataclass(frozen=True)

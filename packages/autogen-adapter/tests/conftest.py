@@ -14,7 +14,7 @@ import pytest
 import agl
 import agl_autogen
 from agl.client import Client
-from agl.processes import ServerProcess
+from agl.common.processes import ServerProcess
 from agl.schema import RolloutDetail
 
 EXAMPLE_PATH = Path(__file__).resolve().parents[1] / "examples" / "calculator_team.py"

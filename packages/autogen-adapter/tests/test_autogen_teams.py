@@ -16,9 +16,9 @@ from autogen_agentchat.teams import SelectorGroupChat
 from autogen_ext.models.openai import OpenAIChatCompletionClient
 
 import agl
+from agl.learn.selection import AgentSelection
+from agl.learn.transitions import build_episodes
 from agl.schema import RolloutDetail, Span
-from agl.selection import AgentSelection
-from agl.transitions import build_episodes
 
 # The scripted model follows `agl-tools:` / `agl-say:` lines in an agent's system message (see
 # agl.testing.upstream); the example's own instructions stay in front of them.

@@ -6,10 +6,10 @@ from pathlib import Path
 from typing import Any
 
 from agl.client import Client
-from agl.processes import ServerProcess
-from agl.selection import AgentSelection
+from agl.common.processes import ServerProcess
+from agl.learn.selection import AgentSelection
+from agl.learn.transitions import build_episodes
 from agl.testing.fixtures import wait_rollouts
-from agl.transitions import build_episodes
 
 EXAMPLE_PATH = Path(__file__).resolve().parents[1] / "examples" / "calculator_team.py"
 SCRIPT = {
@@ -49,7 +49,7 @@ def test_example_runs_in_an_agl_worker(agl_server: ServerProcess, agl_client: Cl
 def test_a_team_shared_by_concurrent_rollouts_fails_with_the_fix_named(tmp_path: Path, agl_workers: Any) -> None:
     """AutoGen's module-level team under a worker running rollouts at once: AgentChat refuses the second run of a
     running team; the attempt's error says why under agl and the two fixes."""
-    from agl.processes import start_server
+    from agl.common.processes import start_server
     from agl.testing.upstream import start_upstream_process
 
     proc, slow = start_upstream_process(delay_s=1.0)  # each team run lasts long enough for the others to collide

@@ -6,6 +6,7 @@ import itertools
 from dataclasses import dataclass, field
 from typing import Any
 
+from agl.common import attributes as attr
 from agl.schema import (
     Attempt,
     AttemptStatus,
@@ -25,7 +26,6 @@ from agl.schema import (
     TaskIn,
 )
 from agl.store import Store
-from agl.tracing import attributes as attr
 
 _ids = itertools.count()
 

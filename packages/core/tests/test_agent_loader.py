@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from agl.agent_loader import AgentLoadError, load_agent, module_for_file
+from agl.capture.agent_loader import AgentLoadError, load_agent, module_for_file
 
 
 @pytest.fixture(autouse=True)

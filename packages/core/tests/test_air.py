@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from factories import Call, Run, ToolSpan, detail
 
-from agl.air import AnswerParseRule, ToolStatusRule, air_rewards, with_air, with_rewards_added
+from agl.learn.air import AnswerParseRule, ToolStatusRule, air_rewards, with_air, with_rewards_added
+from agl.learn.transitions import build_episode
 from agl.schema import RewardSource, SpanStatus
-from agl.transitions import build_episode
 
 
 def test_tool_errors_are_penalised_after_the_call_that_asked_for_the_tool() -> None:

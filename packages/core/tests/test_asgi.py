@@ -1,4 +1,4 @@
-"""agl.asgi: bind first, announce the real URL, then serve — in this thread or a background one."""
+"""agl.common.asgi: bind first, announce the real URL, then serve — in this thread or a background one."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from typing import Any
 import httpx
 import pytest
 
-from agl import asgi
+from agl.common import asgi
 
 
 async def hello(scope: dict[str, Any], receive: Any, send: Any) -> None:

@@ -12,9 +12,9 @@ from typing import Any
 import pytest
 from factories import attempt, downgrade, llm_call
 
+from agl.common.trainable import TrainableRollout
 from agl.schema import Attribution, RewardIn, RewardSource
 from agl.store import Store
-from agl.trainable import TrainableRollout
 
 
 def _packed(store: Store) -> set[str]:

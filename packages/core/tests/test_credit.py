@@ -9,8 +9,8 @@ from factories import Call, Rew, Run, detail
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from agl.credit import STRATEGIES, CreditConfig, assign_credit, returns_to_go
-from agl.transitions import Episode, build_episodes
+from agl.learn.credit import STRATEGIES, CreditConfig, assign_credit, returns_to_go
+from agl.learn.transitions import Episode, build_episodes
 
 
 def episodes_of(*runs: Run) -> list[Episode]:
@@ -178,10 +178,10 @@ def test_discounted_with_gamma_one_starts_at_the_episode_return(shapes: list) ->
 
 
 def test_every_registered_strategy_is_documented_in_the_module() -> None:
-    import agl.credit
+    import agl.learn.credit
 
     for name in STRATEGIES:
-        assert f"\n    {name} " in (agl.credit.__doc__ or ""), name
+        assert f"\n    {name} " in (agl.learn.credit.__doc__ or ""), name
 
 
 def test_step_groups_need_identical_prompts_not_just_the_same_length_and_ends() -> None:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from agl import failure
+from agl.common import failure
 
 
 def fail_deep(depth: int) -> None:
@@ -43,7 +43,7 @@ def test_texts_without_a_traceback_come_back_whole() -> None:
 
 
 def test_a_registered_hint_follows_the_message_of_failures_that_hold_its_marker() -> None:
-    from agl.failure import add_hint, describe, remove_hint, split
+    from agl.common.failure import add_hint, describe, remove_hint, split
 
     add_hint("is currently running", "agl: build it inside the rollout")
     try:

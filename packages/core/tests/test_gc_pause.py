@@ -1,4 +1,4 @@
-"""Pausing the cycle collector for bulk reads and builds (agl.gc_pause): it is off inside, back on after, and
+"""Pausing the cycle collector for bulk reads and builds (agl.common.gc_pause): it is off inside, back on after, and
 what the pause made ends in the oldest generation, without undoing objects the process froze itself."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from agl.gc_pause import gc_paused
+from agl.common.gc_pause import gc_paused
 
 
 class Record:  # a tracked object, as the read's records are

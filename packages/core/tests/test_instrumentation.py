@@ -1,4 +1,4 @@
-"""`agl.instrumentation.Instrumentor`: once however often instrumented, exact undo, clear refusal when the hooked
+"""`agl.capture.instrumentation.Instrumentor`: once however often instrumented, exact undo, clear refusal when the hooked
 library is missing, never half instrumented."""
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from typing import Any, ClassVar
 
 import pytest
 
-from agl.instrumentation import Instrumentor, MissingDependency
+from agl.capture.instrumentation import Instrumentor, MissingDependency
 
 
 class Library:
@@ -129,7 +129,7 @@ def test_undo_leaves_a_later_patch_by_someone_else_in_place(caplog: pytest.LogCa
     Hooks().instrument()
     theirs = doubling(Library.send)
     Library.send = theirs  # type: ignore[method-assign]
-    caplog.set_level(logging.WARNING, logger="agl.instrumentation")
+    caplog.set_level(logging.WARNING, logger="agl.capture.instrumentation")
     Hooks().uninstrument()
     assert vars(Library)["send"] is theirs
     assert "Library.send was replaced after Hooks patched it" in caplog.text

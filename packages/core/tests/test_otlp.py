@@ -32,14 +32,14 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace import SpanKind, Status, StatusCode
 
+from agl.capture.tracing import otel
+from agl.capture.tracing.context import RolloutContext, reset_rollout, set_rollout
+from agl.capture.tracing.spans import agent
 from agl.client import Client
-from agl.processes import ServerProcess, start_server
+from agl.common import attributes as attr
+from agl.common.processes import ServerProcess, start_server
 from agl.schema import SpanIn, SpanStatus
 from agl.server.otlp import otlp_success_response, parse_otlp_traces
-from agl.tracing import attributes as attr
-from agl.tracing import otel
-from agl.tracing.context import RolloutContext, reset_rollout, set_rollout
-from agl.tracing.spans import agent
 
 PB = "application/x-protobuf"
 JSON = "application/json"
@@ -688,7 +688,7 @@ def test_token_and_an_existing_provider(tmp_path: Path, monkeypatch: pytest.Monk
 GLOBAL_SCRIPT = """
 import sys
 from opentelemetry import trace
-from agl.tracing.otel import configure_otel, shutdown_otel
+from agl.capture.tracing.otel import configure_otel, shutdown_otel
 provider = configure_otel()  # AGL_SERVER_URL, made global, batched
 assert configure_otel() is provider and trace.get_tracer_provider() is provider
 with trace.get_tracer("global-test").start_as_current_span("via-global", attributes={"agl.rollout_id": sys.argv[1]}):

@@ -7,9 +7,9 @@ import contextvars
 import threading
 
 import agl
+from agl.capture.tracing.context import RolloutContext, reset_rollout, set_rollout
+from agl.common import attributes as attr
 from agl.schema import SpanStatus
-from agl.tracing import attributes as attr
-from agl.tracing.context import RolloutContext, reset_rollout, set_rollout
 
 
 def _ctx() -> RolloutContext:

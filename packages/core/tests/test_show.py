@@ -9,6 +9,7 @@ from pydantic import JsonValue
 from rich.console import Console
 
 from agl.cli.show import render_rollout
+from agl.common import attributes as attr
 from agl.schema import (
     Attempt,
     AttemptStatus,
@@ -23,7 +24,6 @@ from agl.schema import (
     SpanStatus,
     Task,
 )
-from agl.tracing import attributes as attr
 
 TRACE = "0" * 31 + "1"
 WRITER, CHECKER, TOOL, ORPHAN, OLD = "a" * 16, "b" * 16, "c" * 16, "d" * 16, "e" * 16

@@ -1,4 +1,4 @@
-"""The training read (`Store.trainable_rollouts`, agl.trainable): the final attempt of each rollout with its token
+"""The training read (`Store.trainable_rollouts`, agl.common.trainable): the final attempt of each rollout with its token
 ids packed, giving the same transitions, credit and AIR rewards as the full `RolloutDetail` read."""
 
 from __future__ import annotations
@@ -11,13 +11,13 @@ from typing import Any
 import pytest
 from factories import fill_training_cases, llm_call
 
-from agl.air import AnswerParseRule, ToolStatusRule, with_air
-from agl.credit import assign_credit
+from agl.common.trainable import TrainableRollout
+from agl.learn.air import AnswerParseRule, ToolStatusRule, with_air
+from agl.learn.credit import assign_credit
+from agl.learn.selection import AgentSelection
+from agl.learn.transitions import Transition, build_episodes
 from agl.schema import EnqueueRequest, TaskIn
-from agl.selection import AgentSelection
 from agl.store import Store
-from agl.trainable import TrainableRollout
-from agl.transitions import Transition, build_episodes
 
 RULES = (ToolStatusRule(error_reward=-0.3), AnswerParseRule(parse=lambda text: int(text)))
 

@@ -1,4 +1,4 @@
-"""The training read over HTTP (agl.trainable_wire): the binary and JSON forms give the same transitions, credit
+"""The training read over HTTP (agl.common.trainable_wire): the binary and JSON forms give the same transitions, credit
 and AIR rewards as the store's own read, the binary body is refused with a clear error when cut short or
 changed, and a real `agl serve` answers each client in the form it asks for."""
 
@@ -16,17 +16,17 @@ import httpx
 import pytest
 from factories import attempt, fill_training_cases, llm_call
 
-from agl.air import AnswerParseRule, ToolStatusRule, with_air
-from agl.call_packs import pack_calls, unpack_calls
 from agl.client import Client
-from agl.credit import assign_credit
-from agl.processes import start_server
+from agl.common.call_packs import pack_calls, unpack_calls
+from agl.common.processes import start_server
+from agl.common.trainable import TrainableRollout, call_values
+from agl.common.trainable_wire import BINARY_TYPE, WireError, from_binary, from_json, to_binary, to_json
+from agl.learn.air import AnswerParseRule, ToolStatusRule, with_air
+from agl.learn.credit import assign_credit
+from agl.learn.selection import AgentSelection
+from agl.learn.transitions import build_episodes
 from agl.schema import EnqueueRequest, TaskIn
-from agl.selection import AgentSelection
 from agl.store import Store
-from agl.trainable import TrainableRollout, call_values
-from agl.trainable_wire import BINARY_TYPE, WireError, from_binary, from_json, to_binary, to_json
-from agl.transitions import build_episodes
 
 RULES = (ToolStatusRule(error_reward=-0.3), AnswerParseRule(parse=lambda text: int(text)))
 FORMS: dict[str, tuple[Callable[[Sequence[TrainableRollout]], bytes], Callable[[bytes], list[TrainableRollout]]]] = {

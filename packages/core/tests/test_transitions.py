@@ -5,9 +5,9 @@ from __future__ import annotations
 import pytest
 from factories import Call, Rew, Run, detail
 
+from agl.learn.selection import AgentSelection
+from agl.learn.transitions import build_episode, build_episodes
 from agl.schema import RolloutStatus
-from agl.selection import AgentSelection
-from agl.transitions import build_episode, build_episodes
 
 
 def test_calls_become_ordered_transitions_with_rewards_where_they_happened() -> None:

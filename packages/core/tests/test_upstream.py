@@ -59,7 +59,7 @@ def test_render_prompt_follows_the_documented_template() -> None:
         {"role": "tool", "tool_call_id": "c", "content": "2"},
     ]
     text = render_prompt(messages, TOOLS)
-    # tools and tool calls in the Hermes format the trainer's chat format uses (agl.hermes)
+    # tools and tool calls in the Hermes format the trainer's chat format uses (agl.common.hermes)
     assert text.startswith("<|tools|>\n# Tools\n") and '\n{"type": "function", "function": {"name": ' in text
     assert (
         '<|user|>\nhi\n<|assistant|>\n<tool_call>{"name": "f", "arguments": {"x": 1}}</tool_call>\n<|tool|>\n2\n'

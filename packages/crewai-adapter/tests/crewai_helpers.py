@@ -9,7 +9,7 @@ from types import ModuleType
 from typing import Any
 
 from agl.client import Client
-from agl.processes import ServerProcess
+from agl.common.processes import ServerProcess
 from agl.schema import RolloutDetail
 from agl.testing import fixtures
 

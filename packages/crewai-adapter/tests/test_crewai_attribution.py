@@ -18,10 +18,10 @@ from crewai_helpers import run_one
 
 import agl
 from agl.client import Client
-from agl.processes import ServerProcess
+from agl.common.processes import ServerProcess
+from agl.learn.selection import AgentSelection
+from agl.learn.transitions import build_episodes
 from agl.schema import LLMCall, RolloutDetail
-from agl.selection import AgentSelection
-from agl.transitions import build_episodes
 from agl_crewai import AglListener
 
 QUESTION = {"question": "What is 12 + 30?", "answer": 42}

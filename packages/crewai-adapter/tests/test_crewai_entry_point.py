@@ -15,7 +15,7 @@ from crewai_helpers import run_one
 import agl
 import agl_crewai
 from agl.client import Client
-from agl.processes import ServerProcess
+from agl.common.processes import ServerProcess
 from agl_crewai import AglListener, agent_scopes
 
 QUESTION = {"question": "What is 12 + 30?", "answer": 42}

@@ -36,9 +36,9 @@ from crewai.tools.tool_failure import ToolFailure  # noqa: E402
 from crewai_helpers import run_one  # noqa: E402
 
 import agl  # noqa: E402
-from agl.air import air_rewards  # noqa: E402
 from agl.client import Client  # noqa: E402
-from agl.processes import ServerProcess, start_server  # noqa: E402
+from agl.common.processes import ServerProcess, start_server  # noqa: E402
+from agl.learn.air import air_rewards  # noqa: E402
 from agl.schema import LLMCall, RolloutDetail, Span  # noqa: E402
 
 pytestmark = pytest.mark.usefixtures("instrumented")

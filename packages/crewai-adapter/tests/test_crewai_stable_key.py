@@ -13,9 +13,9 @@ from crewai_helpers import run_one
 import agl
 import agl_crewai
 from agl.client import Client
-from agl.processes import ServerProcess
-from agl.selection import AgentSelection
-from agl.transitions import build_episodes
+from agl.common.processes import ServerProcess
+from agl.learn.selection import AgentSelection
+from agl.learn.transitions import build_episodes
 
 RESEARCHER = "{topic} Senior Data Researcher"
 ANALYST = "{topic} Reporting Analyst"

@@ -13,9 +13,9 @@ from crewai.tools.tool_failure import ToolFailure
 from crewai_helpers import run_one
 
 import agl
-from agl.air import air_rewards
 from agl.client import Client
-from agl.processes import ServerProcess
+from agl.common.processes import ServerProcess
+from agl.learn.air import air_rewards
 
 pytestmark = pytest.mark.usefixtures("instrumented")
 

@@ -5,10 +5,10 @@ from __future__ import annotations
 from crewai_helpers import EXAMPLE_PATH
 
 from agl.client import Client
-from agl.processes import ServerProcess
-from agl.selection import AgentSelection
+from agl.common.processes import ServerProcess
+from agl.learn.selection import AgentSelection
+from agl.learn.transitions import build_episodes
 from agl.testing.fixtures import StartWorker, wait_rollouts
-from agl.transitions import build_episodes
 
 
 def test_example_crew_trains_from_a_worker(

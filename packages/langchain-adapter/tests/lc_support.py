@@ -25,7 +25,7 @@ from langgraph.prebuilt import ToolNode, tools_condition
 
 import agl
 from agl.client import Client
-from agl.processes import ServerProcess
+from agl.common.processes import ServerProcess
 from agl.schema import LLMCall, RolloutDetail, Span
 
 EXAMPLE_PATH = Path(__file__).resolve().parents[1] / "examples" / "writer_checker_rewriter.py"

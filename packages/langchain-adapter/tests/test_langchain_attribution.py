@@ -34,8 +34,8 @@ from lc_support import (
 
 import agl
 from agl.client import Client
-from agl.processes import ServerProcess
-from agl.transitions import build_episodes
+from agl.common.processes import ServerProcess
+from agl.learn.transitions import build_episodes
 from agl_langchain import AglCallbackHandler
 from agl_langchain import handler as handler_module
 

@@ -13,7 +13,7 @@ from lc_support import EXAMPLE_AGENTS, SCRIPT, TASK, agent_spans, calls, load_ex
 import agl
 import agl_langchain
 from agl.client import Client
-from agl.processes import ServerProcess
+from agl.common.processes import ServerProcess
 from agl.testing.upstream import start_upstream_process
 from agl_langchain import AglCallbackHandler, has_agl, with_agl
 from agl_langchain import handler as handler_module

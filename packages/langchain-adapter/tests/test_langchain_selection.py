@@ -7,9 +7,9 @@ from collections import Counter
 from lc_support import TASK, calls, load_example, run_rollout
 
 from agl.client import Client
-from agl.processes import ServerProcess
-from agl.selection import AgentSelection
-from agl.transitions import build_episodes
+from agl.common.processes import ServerProcess
+from agl.learn.selection import AgentSelection
+from agl.learn.transitions import build_episodes
 
 example = load_example()
 

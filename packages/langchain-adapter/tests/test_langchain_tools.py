@@ -18,9 +18,9 @@ from langgraph.prebuilt import ToolNode, tools_condition
 from lc_support import TASK, calls, chat_model, load_example, run_rollout, tool_spans
 
 import agl
-from agl.air import ToolStatusRule
 from agl.client import Client
-from agl.processes import ServerProcess
+from agl.common.processes import ServerProcess
+from agl.learn.air import ToolStatusRule
 from agl.schema import RolloutDetail, SpanStatus
 from agl_langchain import AglCallbackHandler
 

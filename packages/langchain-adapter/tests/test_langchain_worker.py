@@ -9,7 +9,7 @@ from collections.abc import Callable
 from lc_support import EXAMPLE_PATH, TASK, calls, tool_spans
 
 from agl.client import Client
-from agl.processes import ServerProcess
+from agl.common.processes import ServerProcess
 from agl.testing.fixtures import wait_rollouts
 
 

@@ -12,7 +12,7 @@ from agents.tracing import Span as SdkSpan
 from agents.tracing import Trace, TracingProcessor, get_trace_provider
 
 from agl.client import Client
-from agl.processes import ServerProcess
+from agl.common.processes import ServerProcess
 from agl.schema import LLMCall, RolloutDetail, Span
 from agl.testing import fixtures
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from agl.client import Client
-from agl.processes import ServerProcess
+from agl.common.processes import ServerProcess
 from agl.testing.fixtures import wait_rollouts
 from agl.testing.upstream import encode, render_prompt
 

@@ -18,10 +18,10 @@ from openai import AsyncOpenAI
 import agl
 import agl_openai_agents
 from agl.client import Client
-from agl.processes import ServerProcess
+from agl.common.processes import ServerProcess
+from agl.learn.selection import AgentSelection
+from agl.learn.transitions import build_episodes
 from agl.schema import RolloutDetail
-from agl.selection import AgentSelection
-from agl.transitions import build_episodes
 from openai_agents_support import SCRIPTED, TASK, final_reward, load_example, run_one, sent_by, spans_named
 
 example = load_example()

@@ -5,10 +5,10 @@ from __future__ import annotations
 import pytest
 
 from agl.client import Client
-from agl.processes import ServerProcess
-from agl.selection import AgentSelection
+from agl.common.processes import ServerProcess
+from agl.learn.selection import AgentSelection
+from agl.learn.transitions import build_episodes
 from agl.testing.fixtures import wait_rollouts
-from agl.transitions import build_episodes
 from openai_agents_support import EXAMPLE, SCRIPTED, load_example, sent_by
 
 example = load_example()

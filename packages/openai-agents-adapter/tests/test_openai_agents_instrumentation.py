@@ -20,7 +20,7 @@ from openai import AsyncOpenAI
 import agl
 import agl_openai_agents
 from agl.client import Client
-from agl.processes import ServerProcess
+from agl.common.processes import ServerProcess
 from agl_openai_agents import AglTracingProcessor, OutsideRollouts
 from openai_agents_support import TASK, Collecting, load_example, run_one, trace_processors
 

@@ -9,10 +9,10 @@ from types import ModuleType
 from typing import Any
 
 from agl.client import Client
-from agl.processes import ServerProcess
+from agl.common import attributes as attr
+from agl.common.processes import ServerProcess
 from agl.schema import RolloutDetail, Span
 from agl.testing.fixtures import wait_rollouts
-from agl.tracing import attributes as attr
 
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
 

@@ -18,13 +18,13 @@ from opentelemetry.trace import Status, StatusCode
 
 import agl
 import agl_otel
-from agl.air import ToolStatusRule, with_air
 from agl.client import Client
-from agl.processes import ServerProcess
-from agl.selection import AgentSelection
+from agl.common import attributes as attr
+from agl.common.processes import ServerProcess
+from agl.learn.air import ToolStatusRule, with_air
+from agl.learn.selection import AgentSelection
+from agl.learn.transitions import build_episodes
 from agl.testing.fixtures import run_one, wait_rollouts
-from agl.tracing import attributes as attr
-from agl.transitions import build_episodes
 from otel_support import EXAMPLES, agents_of_calls, assert_exact_ids, load_example, tool_spans
 
 bare = load_example("bare_otel")

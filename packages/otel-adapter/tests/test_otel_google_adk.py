@@ -9,9 +9,9 @@ from typing import Any
 import pytest
 
 from agl.client import Client
-from agl.processes import ServerProcess
-from agl.selection import AgentSelection
-from agl.transitions import build_episodes
+from agl.common.processes import ServerProcess
+from agl.learn.selection import AgentSelection
+from agl.learn.transitions import build_episodes
 from otel_support import agents_of_calls, check_planner_and_solver, run_example, tool_spans, tools_seen
 
 # ADK pins an older OpenTelemetry SDK than agl-core's OTLP exporter accepts, so it cannot join the pinned

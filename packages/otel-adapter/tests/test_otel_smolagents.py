@@ -9,11 +9,11 @@ from typing import Any
 import pytest
 
 from agl.client import Client
-from agl.processes import ServerProcess
-from agl.selection import AgentSelection
+from agl.common import attributes as attr
+from agl.common.processes import ServerProcess
+from agl.learn.selection import AgentSelection
+from agl.learn.transitions import build_episodes
 from agl.testing.fixtures import wait_rollouts
-from agl.tracing import attributes as attr
-from agl.transitions import build_episodes
 from otel_support import EXAMPLES, assert_exact_ids, tool_spans
 
 pytest.importorskip("smolagents", reason="smolagents is not installed: pip install smolagents")

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 from vllm_stub import RecordingVllm
 
-from agl.transitions import Transition
+from agl.learn.transitions import Transition
 from agl_trainer.backends import EngineError, RemoteAdapterEngine, RemoteWeightsEngine
 from agl_trainer.colocation import Colocation, TrainerTurnLogprobs, publish_first_weights, update_and_publish
 from agl_trainer.config import PolicyConfig

@@ -26,7 +26,7 @@ import torch
 from rich.console import Console
 from vllm_stub import SleepModeVllm
 
-from agl.transitions import Transition
+from agl.learn.transitions import Transition
 from agl_trainer.colocation import Colocation, TrainerTurnLogprobs, update_and_publish
 from agl_trainer.engine_check import check_served_logprobs
 from agl_trainer.policy import PolicyConfig

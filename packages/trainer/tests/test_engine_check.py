@@ -11,7 +11,7 @@ import httpx
 import pytest
 import torch
 
-from agl.transitions import Transition
+from agl.learn.transitions import Transition
 from agl_trainer.backends import EngineError
 from agl_trainer.chat_format import render_prompt
 from agl_trainer.engine_check import PROBE_TEMPERATURE, TOLERANCE, check_served_logprobs

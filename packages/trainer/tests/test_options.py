@@ -10,7 +10,7 @@ import click
 import pytest
 from click.testing import CliRunner
 
-from agl.credit import STRATEGIES
+from agl.learn.credit import STRATEGIES
 from agl_trainer.loop import TrainConfig
 from agl_trainer.options import SPECS, build_config, click_options, known_keys, merge, read_option_file
 from agl_trainer.policy import PolicyConfig

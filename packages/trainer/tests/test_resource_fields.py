@@ -24,7 +24,7 @@ def test_cuda_rows_record_the_peak_allocated_memory_in_gib(monkeypatch: pytest.M
 
 
 def test_the_step_line_shows_the_importance_weights_only_when_the_correction_is_on() -> None:
-    from agl_trainer.loop import _importance_summary
+    from agl_trainer.step_metrics import _importance_summary
 
     assert _importance_summary({"grad_norm/x": 1.0}) == ""
     line = _importance_summary({"is_weight_mean": 1.01, "is_weight_max": 3.2, "is_truncated_fraction": 0.02})

@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 import torch
 
-from agl.transitions import Transition
+from agl.learn.transitions import Transition
 from agl_trainer.chat_format import render_prompt
 from agl_trainer.engine import Engine, GenerationRequest
 from agl_trainer.models import load_model

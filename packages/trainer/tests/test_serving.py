@@ -13,7 +13,7 @@ import openai
 import pytest
 
 from agl.client import Client
-from agl.processes import start_server
+from agl.common.processes import start_server
 from agl_trainer.chat_format import render_prompt
 from agl_trainer.engine import Engine
 from agl_trainer.serving import EngineServer

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from agl.transitions import Transition
+from agl.learn.transitions import Transition
 from agl_trainer.staleness import UNKNOWN, keep_fresh
 
 # versions as the store numbers them → the step whose rollouts each served (a resume published 4 for step 2 again)

@@ -23,7 +23,7 @@ from typing import Any
 import pytest
 import torch
 
-from agl.transitions import Transition
+from agl.learn.transitions import Transition
 from agl_trainer.models import load_model
 from agl_trainer.policy import PolicyConfig, PolicyTrainer, wrap_lora
 

@@ -12,7 +12,7 @@ from collections.abc import Iterator
 import pytest
 import torch
 
-from agl.transitions import Transition
+from agl.learn.transitions import Transition
 from agl_trainer.chat_format import render_prompt
 from agl_trainer.models import resolve_model
 from agl_trainer.packing import common_prefix_len

@@ -9,7 +9,7 @@ import pytest
 import torch
 
 import agl_trainer.verl as agl_verl
-from agl.transitions import Transition
+from agl.learn.transitions import Transition
 from agl_trainer.policy import PolicyConfig
 from agl_trainer.verl import VerlUnavailable, check_version, require_verl
 from agl_trainer.verl.backend import VerlPolicy

@@ -40,7 +40,7 @@ from urllib.parse import parse_qs
 import orjson
 import torch
 
-from agl.asgi import ThreadedServer
+from agl.common.asgi import ThreadedServer
 from agl.testing.upstream import read_body, respond_json
 
 

@@ -9,7 +9,7 @@
 
 from __future__ import annotations
 
-from agl.air import AirRule, AnswerParseRule, ToolStatusRule
+from agl.learn.air import AirRule, AnswerParseRule, ToolStatusRule
 from agl_bench.calc_x import AGENT_NAME, TOOL_NAME
 from agl_bench.calc_x.evaluate import parse_answer
 

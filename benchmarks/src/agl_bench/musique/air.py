@@ -13,9 +13,9 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from agl.air import AirRule, AnswerParseRule, ToolStatusRule, final_attempt_calls, llm_seq_before
+from agl.common.trainable import RolloutView
+from agl.learn.air import AirRule, AnswerParseRule, ToolStatusRule, final_attempt_calls, llm_seq_before
 from agl.schema import RewardIn, RewardSource
-from agl.trainable import RolloutView
 from agl_bench.musique.evaluate import parse_answer
 
 AGENT = "researcher"

@@ -12,9 +12,9 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from agl.air import AirRule, ToolStatusRule, final_attempt_calls
+from agl.common.trainable import RolloutView
+from agl.learn.air import AirRule, ToolStatusRule, final_attempt_calls
 from agl.schema import RewardIn, RewardSource
-from agl.trainable import RolloutView
 from agl_bench.spider.evaluate import extract_sql
 
 SQL_TOOL = "execute_sql"  # the tool span the agent records for each query it runs

@@ -26,8 +26,8 @@ from autogen_agentchat.teams._group_chat._base_group_chat_manager import BaseGro
 from autogen_core import MessageContext
 
 import agl
-from agl.failure import add_hint, remove_hint
-from agl.instrumentation import Instrumentor
+from agl.capture.instrumentation import Instrumentor
+from agl.common.failure import add_hint, remove_hint
 from agl_autogen.turns import ORIGINAL, wrap_on_messages, wrap_on_messages_stream
 
 _AGENT_METHODS: dict[str, Callable[[Any], Any]] = {

@@ -24,7 +24,7 @@ from autogen_agentchat.messages import (
 )
 
 import agl
-from agl.tracing.context import RolloutContext
+from agl.capture.tracing.context import RolloutContext
 
 CODE_EXECUTION = "code_execution"
 

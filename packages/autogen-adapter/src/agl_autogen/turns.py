@@ -23,8 +23,8 @@ from autogen_agentchat.messages import BaseAgentEvent, BaseChatMessage
 from autogen_core import CancellationToken
 
 import agl
-from agl.tracing.context import RolloutContext
-from agl.tracing.spans import SpanHandle
+from agl.capture.tracing.context import RolloutContext
+from agl.capture.tracing.spans import SpanHandle
 from agl_autogen.in_context import InContext
 from agl_autogen.tool_spans import ToolSpanRecorder
 

@@ -12,6 +12,10 @@ from typing import Any, NamedTuple, TypeVar
 import httpx
 from pydantic import BaseModel, TypeAdapter
 
+from agl.common import attributes as attr
+from agl.common.trainable import TrainableRollout
+from agl.common.trainable_wire import BINARY_TYPE, JSON_TYPE
+from agl.common.trainable_wire import decode as decode_trainable
 from agl.schema import (
     Attempt,
     Claim,
@@ -25,10 +29,6 @@ from agl.schema import (
     Task,
     TaskIn,
 )
-from agl.tracing import attributes as attr
-from agl.trainable import TrainableRollout
-from agl.trainable_wire import BINARY_TYPE, JSON_TYPE
-from agl.trainable_wire import decode as decode_trainable
 
 API = "/api/v1"
 DEFAULT_SERVER = "http://127.0.0.1:8765"
@@ -170,7 +170,7 @@ class Client:
         return out
 
     def trainable_rollouts(self, ids: Sequence[str]) -> list[TrainableRollout]:
-        """What training reads of many rollouts (their final attempts, token ids packed; agl.trainable), in few
+        """What training reads of many rollouts (their final attempts, token ids packed; agl.common.trainable), in few
         requests; unknown ids are skipped."""
         out: list[TrainableRollout] = []
         for start in range(0, len(ids), 1000):

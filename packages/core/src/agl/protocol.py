@@ -10,7 +10,7 @@ from typing import Any
 
 import orjson
 
-# Headers the client adds to LLM requests sent to the proxy (see agl.tracing.http_inject)
+# Headers the client adds to LLM requests sent to the proxy (see agl.capture.tracing.http_inject)
 HEADER_AGENT = "x-agl-agent"  # the acting agent's name, percent-encoded UTF-8
 HEADER_AGENT_KEY = "x-agl-agent-key"  # its stable second name (agl.agent(name, key=...)), percent-encoded UTF-8
 HEADER_PARENT_SPAN = "x-agl-parent-span"

@@ -156,7 +156,7 @@ class Rollout(_Model):
     final_reward: float | None
     error: str | None
     metadata: dict[str, JsonValue]
-    # LLM calls the latest reported attempt sent somewhere other than agl (agl.tracing.http_inject): answered,
+    # LLM calls the latest reported attempt sent somewhere other than agl (agl.capture.tracing.http_inject): answered,
     # never recorded. Last, as its store column is.
     bypassed_llm_calls: int = 0
 
@@ -172,7 +172,7 @@ class Attempt(_Model):
     lease_expires_at: float
     ended_at: float | None
     error: str | None
-    # what the attempt's agent sent to LLMs other than agl (agl.tracing.http_inject), as its runner reported it:
+    # what the attempt's agent sent to LLMs other than agl (agl.capture.tracing.http_inject), as its runner reported it:
     # calls that bypassed agl (the first one's URL), and calls to LLMs it named as its own (`agl.external_llm`)
     bypassed_llm_calls: int = 0
     bypassed_llm_url: str | None = None

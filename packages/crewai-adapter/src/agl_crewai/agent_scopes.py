@@ -23,7 +23,7 @@ from crewai import Agent
 from crewai.events.event_bus import crewai_event_bus
 
 import agl
-from agl.instrumentation import Instrumentor
+from agl.capture.instrumentation import Instrumentor
 
 # Sync and async entry points of an agent's work. `akickoff` calls `kickoff_async`, and `kickoff` hands over
 # to `kickoff_async` when called inside an event loop, so wrapping these four covers every path once.

@@ -16,7 +16,7 @@ from crewai.events.types.tool_usage_events import (
     ToolValidateInputErrorEvent,
 )
 
-from agl.instrumentation import Instrumentor
+from agl.capture.instrumentation import Instrumentor
 from agl_crewai import agent_scopes, tool_spans
 
 

@@ -36,9 +36,9 @@ from langchain_core.callbacks import BaseCallbackHandler
 from langchain_core.messages import AIMessage, BaseMessage, ToolMessage
 from langchain_core.outputs import LLMResult
 
+from agl.capture.tracing.context import RolloutContext, current_agent, current_rollout, enter_agent, exit_agent
+from agl.capture.tracing.spans import record_span, record_tool
 from agl.schema import SpanStatus
-from agl.tracing.context import RolloutContext, current_agent, current_rollout, enter_agent, exit_agent
-from agl.tracing.spans import record_span, record_tool
 from agl_langchain.naming import agent_name_of, is_node_run, is_unnamed_agent
 from agl_langchain.tool_messages import answered_call_ids, text_of, tool_messages
 

@@ -17,7 +17,7 @@ from typing import Any, ClassVar
 
 from langchain_core.tracers import context as lc_hooks
 
-from agl.instrumentation import Instrumentor
+from agl.capture.instrumentation import Instrumentor
 from agl_langchain.handler import AglCallbackHandler
 
 

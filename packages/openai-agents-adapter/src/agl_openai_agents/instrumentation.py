@@ -27,8 +27,8 @@ from typing import Any, ClassVar
 from agents.tracing import Span, Trace, TracingProcessor, get_trace_provider, set_trace_processors
 from agents.tracing.processors import default_processor
 
-from agl.instrumentation import Instrumentor
-from agl.tracing.context import current_rollout
+from agl.capture.instrumentation import Instrumentor
+from agl.capture.tracing.context import current_rollout
 from agl_openai_agents.processor import AglTracingProcessor, note_tool_failure
 
 log = logging.getLogger(__name__)

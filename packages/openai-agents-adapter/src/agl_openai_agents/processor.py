@@ -36,7 +36,7 @@ from agents.tracing import (
 )
 
 import agl
-from agl.tracing.context import AgentToken, current_rollout, enter_agent, exit_agent
+from agl.capture.tracing.context import AgentToken, current_rollout, enter_agent, exit_agent
 
 
 class _ToolFailure:

@@ -21,7 +21,7 @@ from typing import Any, ClassVar
 from opentelemetry import trace
 from opentelemetry.sdk.trace import TracerProvider
 
-from agl.instrumentation import Instrumentor
+from agl.capture.instrumentation import Instrumentor
 from agl_otel.processor import AglSpanProcessor
 
 log = logging.getLogger(__name__)

@@ -26,7 +26,14 @@ from opentelemetry.sdk.trace import ReadableSpan, Span, SpanProcessor
 from opentelemetry.trace import StatusCode
 
 import agl
-from agl.tracing.context import AgentToken, RolloutContext, current_agent, current_rollout, enter_agent, exit_agent
+from agl.capture.tracing.context import (
+    AgentToken,
+    RolloutContext,
+    current_agent,
+    current_rollout,
+    enter_agent,
+    exit_agent,
+)
 from agl_otel.conventions import Match, error_type, match
 
 _NS = 1e-9

@@ -23,7 +23,7 @@ from typing import Any, Protocol, runtime_checkable
 
 import httpx
 
-from agl.transitions import Transition
+from agl.learn.transitions import Transition
 from agl_trainer.policy import PolicyTrainer, UpdateStats
 
 
@@ -51,7 +51,7 @@ class PolicyBackend(Protocol):
         """The current policy's log-probs of each transition's response tokens."""
 
     def update(self, transitions: Sequence[Transition]) -> UpdateStats:
-        """One optimizer step on transitions that carry advantages and weights (from `agl.credit`)."""
+        """One optimizer step on transitions that carry advantages and weights (from `agl.learn.credit`)."""
 
     def save(self, path: str | Path) -> None: ...
 

@@ -3,7 +3,7 @@ assistant message (with tool calls).
 
 Tool format. Models whose chat template takes `tools` (Qwen, Llama 3.1, ...) get them natively. For the others,
 SmolLM2 included, the tools are described in the system message in the Hermes style most small instruct models
-have seen, rendered by `agl.hermes` (shared with the scripted test backend, normalised as vLLM normalises a
+have seen, rendered by `agl.common.hermes` (shared with the scripted test backend, normalised as vLLM normalises a
 request): an assistant message that called tools is rendered with `<tool_call>...</tool_call>` blocks after its
 text; tool results are messages of role `tool`. When parsing, every `<tool_call>` block must hold a JSON object
 with a known function `name` and object `arguments`; if any block is malformed, the whole answer is returned as
@@ -20,7 +20,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from agl.hermes import (
+from agl.common.hermes import (
     CONTENT_PART_SEPARATOR,
     FUNCTION_FIELDS,
     TOOL_CALL,

@@ -29,7 +29,7 @@ from agl_trainer.plan.cli import plan_options, pop_plan_flags, print_plan
 def engine(model: str, host: str, port: int, device: str, max_batch: int, served_model: str, log_level: str) -> None:
     """Serve a model with the embedded engine behind an OpenAI-compatible API that returns exact token ids
     (point `agl serve --upstream` at it). Prints `AGL_ENGINE_READY <base url>` once it accepts requests."""
-    from agl import asgi
+    from agl.common import asgi
     from agl_trainer.engine import Engine
     from agl_trainer.models import load_model, resolve_model
     from agl_trainer.serving import create_app

@@ -34,7 +34,7 @@ from typing import Any, Protocol
 
 import httpx
 
-from agl.transitions import Transition
+from agl.learn.transitions import Transition
 from agl_trainer.backends import EngineError
 from agl_trainer.policy import UpdateStats
 

@@ -25,7 +25,7 @@ from dataclasses import dataclass
 
 import httpx
 
-from agl.transitions import Transition
+from agl.learn.transitions import Transition
 from agl_trainer.backends import EngineError, PolicyBackend
 
 PROBE_TEMPERATURE = 0.5

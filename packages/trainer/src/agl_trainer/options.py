@@ -1,7 +1,7 @@
 """One path from options to a training config, for `agl train`, `agl bench train`, option files and recipes.
 
 The flags are declared once here (`SPECS`): their defaults are read from `TrainConfig` / `PolicyConfig`, their
-choices from the registries that define them (`agl.credit.STRATEGIES`), so help texts cannot drift from the code.
+choices from the registries that define them (`agl.learn.credit.STRATEGIES`), so help texts cannot drift from the code.
 An option file (TOML or JSON) holds the same keys, as does a recipe; `build_config` turns the merged options into
 the config, refusing keys nothing knows with the list of those it does.
 """
@@ -21,7 +21,7 @@ F = TypeVar("F", bound=Callable[..., Any])
 
 
 def _strategies() -> list[str]:
-    from agl.credit import STRATEGIES
+    from agl.learn.credit import STRATEGIES
 
     return sorted(STRATEGIES)
 

@@ -1,7 +1,7 @@
 """The policy trainer: log-probs of transitions and a clipped policy-gradient update, with LoRA (default) or full
 fine-tuning, on the same model object the engine generates with.
 
-Loss, for transition i with advantage A_i and weight w_i (from `agl.credit`), over its response tokens j that
+Loss, for transition i with advantage A_i and weight w_i (from `agl.learn.credit`), over its response tokens j that
 the policy produced (`response_mask` = 1):
 
     r_ij   = exp(log π_θ(y_ij) − log π_old(y_ij))                    π_old: the engine's log-probs at sampling
@@ -53,7 +53,7 @@ from typing import Any
 
 import torch
 
-from agl.transitions import Transition, concat_ids
+from agl.learn.transitions import Transition, concat_ids
 from agl_trainer.config import PolicyConfig as PolicyConfig  # re-exported beside the trainer it configures
 from agl_trainer.memory import give_back
 from agl_trainer.off_policy import ImportanceWeights

@@ -44,7 +44,7 @@ def agl_engine(
 ) -> Iterator[str]:
     """`agl engine` serving `model` in a child process: its base URL (ending in /v1) once it accepts requests.
     Its stderr goes to `log_path` (appended), else nowhere; it is stopped on leaving, killed if it lingers."""
-    from agl.processes import read_ready_line
+    from agl.common.processes import read_ready_line
 
     cmd = [sys.executable, "-m", "agl.cli.main", "engine", f"--model={model}", "--port=0", f"--device={device}"]
     if max_batch is not None:

@@ -28,7 +28,7 @@ from starlette.requests import Request
 from starlette.responses import Response, StreamingResponse
 from starlette.routing import Route
 
-from agl.asgi import ThreadedServer
+from agl.common.asgi import ThreadedServer
 from agl.protocol import HEADER_ROLLOUT_MODE, error_bytes
 from agl_trainer.chat_format import parse_answer, render_prompt
 from agl_trainer.engine import BASE_MODEL, Engine, GenerationRequest, GenerationResult

@@ -13,7 +13,7 @@ from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
-from agl.transitions import Transition
+from agl.learn.transitions import Transition
 
 UNKNOWN = "unknown"  # a call stored under no version agl published in this run
 

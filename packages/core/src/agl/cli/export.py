@@ -12,9 +12,9 @@ from rich.console import Console
 from rich.table import Table
 
 from agl.client import Client
+from agl.learn.selection import AgentSelection
+from agl.learn.transitions import BuildStats, Episode, build_episodes
 from agl.schema import RolloutStatus
-from agl.selection import AgentSelection
-from agl.transitions import BuildStats, Episode, build_episodes
 
 PAGE = 500  # rollouts per request: details of 500 rollouts are a few MB at most
 
@@ -36,7 +36,7 @@ def _episodes(client: Client, selection: AgentSelection, step: int | None, stats
 
 
 def _listed(value: object) -> list[Any]:
-    """Packed id and log-prob arrays (agl.trainable) as JSON lists."""
+    """Packed id and log-prob arrays (agl.common.trainable) as JSON lists."""
     if isinstance(value, array):
         return value.tolist()
     raise TypeError(f"{type(value).__name__} is not JSON serializable")

@@ -12,7 +12,7 @@ from typing import Any, NoReturn
 import click
 
 from agl._version import __version__
-from agl.selection import AgentSelection
+from agl.learn.selection import AgentSelection
 
 log = logging.getLogger("agl.worker")
 
@@ -245,8 +245,8 @@ def serve(
 
 def load_agent(spec: str) -> Any:
     """`package.module:function` → the function (`path/to/file.py:function` too, inside a package or not)."""
-    from agl.agent_loader import AgentLoadError
-    from agl.agent_loader import load_agent as load
+    from agl.capture.agent_loader import AgentLoadError
+    from agl.capture.agent_loader import load_agent as load
 
     try:
         return load(spec)
@@ -280,7 +280,7 @@ def _run_worker(
     max_rollouts: int | None,
     idle_exit_s: float | None,
 ) -> dict[str, int]:
-    from agl.runner import Runner, RunnerOptions
+    from agl.capture.runner import Runner, RunnerOptions
 
     runner = Runner(load_agent(agent_spec), server_url, token=token, options=RunnerOptions(**options))
     stats = runner.run(max_rollouts=max_rollouts, idle_exit_s=idle_exit_s)
@@ -335,8 +335,8 @@ def worker(
     logging.basicConfig(level=log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     if heartbeat_s >= lease_s:
         _fail(f"--heartbeat ({heartbeat_s}) must be shorter than --lease ({lease_s})")
+    from agl.capture.tracing.context import fixed_llm_base_url
     from agl.protocol import ENV_LLM_BASE_URL
-    from agl.tracing.context import fixed_llm_base_url
 
     # before the agent's module is imported: a client it builds at import time can read the run's LLM URL (the
     # worker processes spawned below inherit it)

@@ -18,10 +18,10 @@ from rich.markup import escape
 from rich.text import Text
 from rich.tree import Tree
 
-from agl import failure
-from agl.rollout_tree import Node, by_attempt, nest, pick_attempt
+from agl.common import attributes as attr
+from agl.common import failure
 from agl.schema import LLMCall, Reward, RolloutDetail, Span, SpanStatus
-from agl.tracing import attributes as attr
+from agl.server.rollout_tree import Node, by_attempt, nest, pick_attempt
 
 _STATUS_STYLE = {
     "queued": "dim",

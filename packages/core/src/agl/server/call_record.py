@@ -11,9 +11,9 @@ import time
 from typing import Any
 from urllib.parse import unquote
 
+from agl.common import attributes as attr
 from agl.schema import Attribution, LLMCall
 from agl.store import new_id
-from agl.tracing import attributes as attr
 
 # Sampling parameters that change the distribution a response is drawn from beyond the temperature, with the
 # value that leaves it alone. agl trains on softmax(logits / T): a sample drawn from a truncated or penalised

@@ -2,7 +2,7 @@
 
 A client built once, at import time or by a framework's global default, cannot carry each rollout's proxy URL.
 agl's HTTP hook adds `x-agl-rollout-id` / `x-agl-attempt-id` at send time from the running rollout's context
-(agl.tracing.http_inject); this middleware turns such a request into the one the per-rollout URL would have
+(agl.capture.tracing.http_inject); this middleware turns such a request into the one the per-rollout URL would have
 made, before any guard looks at it, so the proxy, the credential checks and every route behave exactly alike.
 A request there with no rollout context is refused with the reason: it belongs to no rollout, and agl never
 guesses one.

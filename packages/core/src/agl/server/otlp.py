@@ -1,6 +1,6 @@
 """The OTLP/HTTP traces receiver: turns an `ExportTraceServiceRequest` (protobuf or OTLP/JSON) into agl spans.
 
-Spans that arrive here end in the store in the same shape as the built-in tracer's (`agl.tracing.spans`): hex
+Spans that arrive here end in the store in the same shape as the built-in tracer's (`agl.capture.tracing.spans`): hex
 ids, unix-second times, JSON attribute values, and `rollout_id` / `attempt_id` / `agent_name` read from the
 span's `agl.*` attributes, else from its resource's (and then copied into the attributes, so both read alike).
 One more attribute says which instrumentation made the span, as OpenTelemetry's conventions for non-OTLP
@@ -32,8 +32,8 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
     ExportTraceServiceResponse,
 )
 
+from agl.common import attributes as attr
 from agl.schema import INT64_MIN, MAX_TIMESTAMP, SpanIn, SpanStatus
-from agl.tracing import attributes as attr
 
 PROTOBUF = "application/x-protobuf"
 JSON = "application/json"

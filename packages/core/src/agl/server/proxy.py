@@ -24,12 +24,12 @@ from starlette.requests import ClientDisconnect, Request
 from starlette.responses import Response, StreamingResponse
 
 from agl import protocol
+from agl.common import attributes as attr
 from agl.schema import ModelVersion
 from agl.server import responses as responses_api
 from agl.server.call_gate import CallGate, CallMeter
 from agl.server.call_record import MAX_JSON_DEPTH, CallRecord, request_problem, too_deep
 from agl.store import Store
-from agl.tracing import attributes as attr
 
 log = logging.getLogger(__name__)
 

@@ -21,15 +21,15 @@ from typing import Any
 
 import orjson
 
-from agl.call_packs import PACKED_CALL_COLUMNS, unpack_calls
-from agl.packed import BIG_ENDIAN, FLOAT64, INT32
+from agl.common.call_packs import PACKED_CALL_COLUMNS, unpack_calls
+from agl.common.packed import BIG_ENDIAN, FLOAT64, INT32
+from agl.common.trainable import ARRAYS, TrainableCall
 from agl.schema import Reward
 from agl.store.rows import REWARD_SOURCES, trusted
 from agl.store.schema import REWARD_COLUMNS, columns
-from agl.trainable import ARRAYS, TrainableCall
 
-_ID_BYTES, _FLOAT_BYTES = 4, 8  # agl.packed's int32 and float64
-# the call columns a pack keeps (agl.call_packs): the rows' columns up to the counts of the call's ids in the
+_ID_BYTES, _FLOAT_BYTES = 4, 8  # agl.common.packed's int32 and float64
+# the call columns a pack keeps (agl.common.call_packs): the rows' columns up to the counts of the call's ids in the
 # pack's BLOBs, which are worked out from the BLOBs
 _CALL_COLUMNS = PACKED_CALL_COLUMNS[: PACKED_CALL_COLUMNS.index("n_prompt")]
 _SELECT_CALLS = f"SELECT {columns(_CALL_COLUMNS + ARRAYS)} FROM llm_calls WHERE attempt_id=? ORDER BY seq"
@@ -90,7 +90,7 @@ def _whole(code: str, blob: bytes) -> array[Any]:
 
 def unpack_attempt(rollout_id: str, attempt_id: str, calls: bytes, ids: bytes, logprobs: bytes) -> list[TrainableCall]:
     """The pack's calls, in seq order, as the training read hands them on (prompts rebuilt whole): one conversion
-    per BLOB, then block copies (agl.call_packs)."""
+    per BLOB, then block copies (agl.common.call_packs)."""
     found, _, _ = unpack_calls(
         rollout_id,
         attempt_id,

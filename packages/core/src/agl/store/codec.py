@@ -15,9 +15,9 @@ from typing import Any
 
 import orjson
 
-from agl.packed import FLOAT64 as _FLOAT64
-from agl.packed import INT32 as _INT32
-from agl.packed import array_bytes, unpack
+from agl.common.packed import FLOAT64 as _FLOAT64
+from agl.common.packed import INT32 as _INT32
+from agl.common.packed import array_bytes, unpack
 
 
 def dumps(value: Any) -> str:

@@ -16,7 +16,7 @@ from __future__ import annotations
 import sqlite3
 from collections.abc import Mapping, Sequence
 
-from agl import failure
+from agl.common import failure
 from agl.schema import (
     Attempt,
     AttemptStatus,

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import sqlite3
 
-_ID_BYTES = 4  # an int32 id, as agl.packed stores them
+_ID_BYTES = 4  # an int32 id, as agl.common.packed stores them
 
 # the attempt's latest earlier call stored whole, with binary ids: the partial index of calls stored whole
 # (agl.store.schema.INDEXES) steps over the calls that name a base

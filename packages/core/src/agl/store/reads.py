@@ -10,8 +10,9 @@ import sqlite3
 from collections.abc import Iterable, Iterator, Sequence
 from typing import Any
 
-from agl.gc_pause import gc_paused
-from agl.packed import floats_array, ids_array
+from agl.common.gc_pause import gc_paused
+from agl.common.packed import floats_array, ids_array
+from agl.common.trainable import CALL_COLUMNS, TrainableCall, TrainableRollout, call_from_columns
 from agl.schema import (
     Attempt,
     AttemptStatus,
@@ -40,7 +41,6 @@ from agl.store.schema import (
     TASK_COLUMNS,
     columns,
 )
-from agl.trainable import CALL_COLUMNS, TrainableCall, TrainableRollout, call_from_columns
 
 _TASKS = f"SELECT {columns(TASK_COLUMNS)} FROM tasks"
 _ROLLOUTS = f"SELECT {columns(ROLLOUT_COLUMNS)} FROM rollouts"
@@ -221,7 +221,7 @@ def _trainable_call(row: tuple[Any, ...], bases: PromptBases) -> TrainableCall:
 
 
 def trainable_rollouts(conn: sqlite3.Connection, rollout_ids: Sequence[str]) -> list[TrainableRollout]:
-    """What training reads of these rollouts (agl.trainable): each with the spans, LLM calls and rewards of its
+    """What training reads of these rollouts (agl.common.trainable): each with the spans, LLM calls and rewards of its
     final attempt, token ids kept packed. Unknown ids are skipped; a rollout with no final attempt has none."""
     out: list[TrainableRollout] = []
     with gc_paused():

@@ -189,7 +189,7 @@ CREATE TABLE IF NOT EXISTS rewards (
   value REAL NOT NULL, name TEXT NOT NULL, source TEXT NOT NULL, after_llm_seq INTEGER, span_id TEXT,
   agent_name TEXT, timestamp REAL NOT NULL, metadata TEXT NOT NULL, uid TEXT UNIQUE);
 CREATE INDEX IF NOT EXISTS rewards_rollout ON rewards(rollout_id);
--- agl.store.attempt_packs: calls and rewards are JSON arrays, ids int32 and log-probs float64 (agl.packed)
+-- agl.store.attempt_packs: calls and rewards are JSON arrays, ids int32 and log-probs float64 (agl.common.packed)
 CREATE TABLE IF NOT EXISTS attempt_packs (
   attempt_id TEXT PRIMARY KEY, rollout_id TEXT NOT NULL, calls BLOB NOT NULL, rewards BLOB NOT NULL,
   ids BLOB NOT NULL, logprobs BLOB NOT NULL);

@@ -17,6 +17,7 @@ from concurrent.futures import Future
 from pathlib import Path
 from typing import TypeVar
 
+from agl.common.trainable import TrainableRollout
 from agl.schema import (
     Attempt,
     Claim,
@@ -36,7 +37,6 @@ from agl.schema import (
 from agl.store import lifecycle, reads, records, rows, schema
 from agl.store.schema import DB_FILENAME
 from agl.store.writer import Writer
-from agl.trainable import TrainableRollout
 
 T = TypeVar("T")
 
@@ -290,7 +290,7 @@ class Store:
         return reads.rollout_details(self._reader(), rollout_ids)
 
     def trainable_rollouts(self, rollout_ids: Sequence[str]) -> list[TrainableRollout]:
-        """What training reads of many rollouts (their final attempts, token ids packed): agl.trainable."""
+        """What training reads of many rollouts (their final attempts, token ids packed): agl.common.trainable."""
         return reads.trainable_rollouts(self._reader(), rollout_ids)
 
     def iter_final_llm_calls(self, *, step: int | None = None) -> Iterator[tuple[Rollout, LLMCall]]:

@@ -14,9 +14,9 @@ from typing import Any
 
 import pytest
 
+from agl.capture.runner import Runner
 from agl.client import Client
-from agl.processes import ServerProcess, start_server, start_worker
-from agl.runner import Runner
+from agl.common.processes import ServerProcess, start_server, start_worker
 from agl.schema import Rollout, RolloutDetail
 from agl.testing.upstream import start_upstream_process
 

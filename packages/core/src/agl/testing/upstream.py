@@ -10,11 +10,11 @@ is exactly the prompt ids a request gets back, and `encode(text)` the response i
 
 Prompt template (documented so tests can rebuild it):
 
-    <|tools|>\\n{agl.hermes.tools_block(tools)}\\n      (only when tools are given)
+    <|tools|>\\n{agl.common.hermes.tools_block(tools)}\\n      (only when tools are given)
     <|{role}|>\\n{content}{rendered tool calls}\\n        (for each message)
     <|assistant|>\\n
 
-where message text and tool calls are rendered by `agl.hermes`, as the trainer's chat format renders them.
+where message text and tool calls are rendered by `agl.common.hermes`, as the trainer's chat format renders them.
 
 Script, first rule that matches:
 1. `force_error:<status>` in the last user message → an OpenAI-style error with that HTTP status;
@@ -48,8 +48,8 @@ from typing import Any
 
 import orjson
 
-from agl import asgi, hermes
-from agl.asgi import ThreadedServer
+from agl.common import asgi, hermes
+from agl.common.asgi import ThreadedServer
 from agl.protocol import HEADER_ROLLOUT_MODE, error_bytes
 
 VOCAB_SIZE = 50_000
@@ -431,7 +431,7 @@ def start_upstream_process(
     timeout: float = 60.0,
 ) -> tuple[subprocess.Popen[str], str]:
     """Start `python -m agl.testing.upstream` on a free port; returns the process and its `/v1` base URL."""
-    from agl.processes import read_ready_line
+    from agl.common.processes import read_ready_line
 
     args = [sys.executable, "-m", "agl.testing.upstream", "--port=0", f"--model={model}", f"--delay-s={delay_s}"]
     args.append(f"--delay-jitter={delay_jitter}")

@@ -1,6 +1,6 @@
 """`VerlPolicy`: agl's `PolicyBackend` on verl's PPO actor worker (FSDP2, on Ray).
 
-agl keeps LightningRL: the transitions come with their advantages and weights (`agl.credit`), so `--strategy`
+agl keeps LightningRL: the transitions come with their advantages and weights (`agl.learn.credit`), so `--strategy`
 means the same with either trainer. verl does the rest of an update: log-probs, the loss (`agl_trainer.verl.loss`
 says how agl's loss maps onto verl's, term for term), the optimiser (AdamW), gradient clipping, FSDP sharding over
 `workers` data-parallel ranks, and checkpoints. The worker is driven the way `RayPPOTrainer` drives it
@@ -31,7 +31,7 @@ from typing import Any
 
 import torch
 
-from agl.transitions import Transition
+from agl.learn.transitions import Transition
 from agl_trainer.off_policy import ImportanceWeights
 from agl_trainer.policy import PolicyConfig, UpdateStats
 from agl_trainer.verl import import_verl

@@ -22,7 +22,7 @@ from typing import Any
 
 import torch
 
-from agl.transitions import Transition
+from agl.learn.transitions import Transition
 from agl_trainer.verl.loss import SEQ_WEIGHTS
 
 

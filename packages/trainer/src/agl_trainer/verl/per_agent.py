@@ -14,7 +14,7 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from agl.transitions import Transition
+from agl.learn.transitions import Transition
 from agl_trainer.policy import UpdateStats
 from agl_trainer.verl.backend import VerlPolicy
 

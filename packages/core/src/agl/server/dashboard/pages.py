@@ -11,11 +11,11 @@ from html import escape
 from typing import Any
 from urllib.parse import urlencode
 
-from agl import failure
-from agl.rollout_tree import Node, by_attempt, nest, pick_attempt
+from agl.common import attributes as attr
+from agl.common import failure
 from agl.schema import LLMCall, Reward, RolloutDetail, RolloutStatus, Span, SpanStatus
 from agl.server.dashboard.queries import Page, RolloutFilter
-from agl.tracing import attributes as attr
+from agl.server.rollout_tree import Node, by_attempt, nest, pick_attempt
 
 MODES = ("train", "eval")
 

@@ -69,11 +69,11 @@ class RolloutContext:
     # placed after it, which is exact even when spans and rewards are sent later in batches.
     last_llm_seq: int | None = None
     # Agent scopes opened during the attempt: with any, a call that reaches the proxy without agl's hook header
-    # lost the agent name it should have carried (see agl.tracing.http_inject).
+    # lost the agent name it should have carried (see agl.capture.tracing.http_inject).
     agent_scopes: int = 0
     # spans or rewards the server refused for good (bad input): the attempt reports them as its failure
     refused: list[str] = field(default_factory=list)
-    # LLM requests the agent sent to another host than agl (agl.tracing.http_inject): answered, never recorded;
+    # LLM requests the agent sent to another host than agl (agl.capture.tracing.http_inject): answered, never recorded;
     # and those to LLMs it named its own (`external_llm`, the allow-list), counted apart
     bypassed_llm_calls: int = 0
     bypassed_llm_url: str | None = None
@@ -86,7 +86,7 @@ class RolloutContext:
 
     @property
     def fixed_llm_base_url(self) -> str:
-        """The run's one LLM URL: calls there are attributed by headers added at send time (agl.tracing.http_inject)."""
+        """The run's one LLM URL: calls there are attributed by headers added at send time (agl.capture.tracing.http_inject)."""
         return fixed_llm_base_url(self.server_url)
 
     def saw_llm_seq(self, seq: int) -> None:

@@ -1,5 +1,5 @@
 """An attempt's LLM calls as one list of rows and two packed arrays: the layout of the store's attempt packs
-(agl.store.attempt_packs) and of the binary training read (agl.trainable_wire).
+(agl.store.attempt_packs) and of the binary training read (agl.common.trainable_wire).
 
 Each row holds a call's training columns (`PACKED_CALL_COLUMNS`) and how many ids and log-probs it has in the
 arrays; the arrays hold every call's prompt ids then response ids (int32), and log-probs (float64), end to end
@@ -16,11 +16,11 @@ from array import array
 from collections.abc import Sequence
 from typing import Any
 
-from agl.packed import FLOAT64, INT32
+from agl.common.packed import FLOAT64, INT32
+from agl.common.trainable import ARRAY_COLUMNS, ARRAYS, CALL_COLUMNS, TrainableCall, call_values
 from agl.schema import Attribution
-from agl.trainable import ARRAY_COLUMNS, ARRAYS, CALL_COLUMNS, TrainableCall, call_values
 
-# a row: the training read's columns (agl.trainable) less the two ids rows are keyed by and the arrays, then the
+# a row: the training read's columns (agl.common.trainable) less the two ids rows are keyed by and the arrays, then the
 # prompt's base, then the counts of the call's ids and log-probs in the arrays
 PACKED_CALL_COLUMNS = (
     *(c for c in CALL_COLUMNS if c not in ("rollout_id", "attempt_id", *ARRAYS)),

@@ -15,9 +15,7 @@ from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from typing import Any
 
-from agl.schema import RewardIn, RewardSource, SpanIn, SpanStatus
-from agl.tracing import attributes as attr
-from agl.tracing.context import (
+from agl.capture.tracing.context import (
     SPAN_VAR,
     RolloutContext,
     current_agent,
@@ -27,6 +25,8 @@ from agl.tracing.context import (
     exit_agent,
     new_span_id,
 )
+from agl.common import attributes as attr
+from agl.schema import RewardIn, RewardSource, SpanIn, SpanStatus
 
 log = logging.getLogger(__name__)
 _warned_outside = False

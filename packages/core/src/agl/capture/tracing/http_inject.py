@@ -24,9 +24,8 @@ from collections.abc import Callable
 from typing import Any
 from urllib.parse import quote
 
-from agl.instrumentation import Instrumentor, importable
-from agl.tracing import attributes as attr
-from agl.tracing.context import (
+from agl.capture.instrumentation import Instrumentor, importable
+from agl.capture.tracing.context import (
     RolloutContext,
     current_agent,
     current_agent_key,
@@ -34,11 +33,12 @@ from agl.tracing.context import (
     current_span_id,
     external_llm_intended,
 )
+from agl.common import attributes as attr
 
 # Modules with httpx's client API (`Client.send(request, **kw)`, `AsyncClient.send`, `request.url`/`.headers`)
 # through which a supported framework sends LLM requests.
 HTTP_STACKS = ("httpx", "httpx2")
-# the path of an attempt's proxy URL (see agl.tracing.context.llm_base_url)
+# the path of an attempt's proxy URL (see agl.capture.tracing.context.llm_base_url)
 _PROXY_PATH = re.compile(r"/rollout/[^/]+/attempt/[^/]+/v1/")
 # what an LLM API's routes end with (OpenAI's chat completions, completions and Responses; Anthropic's messages):
 # such a request sent inside a rollout to a host other than agl's is a call agl never sees

@@ -1,7 +1,7 @@
 """Token ids and log-probs as packed arrays: int32 and float64, little-endian in bytes.
 
 The one binary form of both, shared by the store's BLOB columns (agl.store.codec) and the training read's wire
-format (agl.trainable). A packed array is copied as a block; a list holds one Python object per number, which
+format (agl.common.trainable). A packed array is copied as a block; a list holds one Python object per number, which
 is what made reading calls back slow.
 """
 

@@ -22,13 +22,13 @@ from typing import Any
 
 import httpx
 
-from agl import failure
+from agl.capture.decorator import RolloutFunction, as_rollout_function
+from agl.capture.llm import LLM
+from agl.capture.tracing import http_inject
+from agl.capture.tracing.context import RolloutContext, reset_rollout, set_rollout
 from agl.client import AglHTTPError, AsyncClient, Conflict, NotFound, server_url_from_env
-from agl.decorator import RolloutFunction, as_rollout_function
-from agl.llm import LLM
+from agl.common import failure
 from agl.schema import Claim
-from agl.tracing import http_inject
-from agl.tracing.context import RolloutContext, reset_rollout, set_rollout
 
 log = logging.getLogger(__name__)
 
@@ -187,7 +187,7 @@ class Runner:
             self.stats.superseded += 1
             return
         try:
-            otel = sys.modules.get("agl.tracing.otel")  # loaded only if the agent uses the OTel helper
+            otel = sys.modules.get("agl.capture.tracing.otel")  # loaded only if the agent uses the OTel helper
             if otel is not None:  # its batched spans must reach the server before the attempt is reported
                 await asyncio.to_thread(otel.force_flush, 10_000)
             await self._flush(client, ctx, final=True)

@@ -1,6 +1,6 @@
 """Send OpenTelemetry SDK spans to the agl server, tagged with the rollout they belong to.
 
-    from agl.tracing.otel import configure_otel
+    from agl.capture.tracing.otel import configure_otel
     configure_otel()          # inside a rollout, or with AGL_SERVER_URL set; or configure_otel("http://host:8765")
 
 Every span started while a rollout runs (in the runner's task, or a thread or task that inherited its context)
@@ -24,8 +24,8 @@ from typing import TYPE_CHECKING
 from opentelemetry.context import Context
 from opentelemetry.sdk.trace import ReadableSpan, Span, SpanProcessor, TracerProvider
 
-from agl.tracing import attributes as attr
-from agl.tracing.context import current_agent, current_rollout
+from agl.capture.tracing.context import current_agent, current_rollout
+from agl.common import attributes as attr
 
 if TYPE_CHECKING:
     from opentelemetry.sdk.trace.export import SpanExporter
@@ -149,7 +149,7 @@ def _set_global(provider: TracerProvider) -> None:
     log.warning(
         "another OpenTelemetry TracerProvider is already global and OpenTelemetry allows setting it only once:"
         " spans of instrumentation that uses the global provider will not reach agl. Call"
-        " agl.tracing.otel.add_agl_processors(trace.get_tracer_provider()) to send them too."
+        " agl.capture.tracing.otel.add_agl_processors(trace.get_tracer_provider()) to send them too."
     )
 
 

@@ -3,7 +3,7 @@ JSON for any other client.
 
 **Binary** (`BINARY_TYPE`, asked for with `Accept`): the answer is the trainer's input, so it is shaped for
 decoding speed. The rollouts, tasks (each once), spans and rewards are one JSON array each, validated by
-pydantic in one call per array (its parser reads the bytes directly); the calls are the rows of agl.call_packs,
+pydantic in one call per array (its parser reads the bytes directly); the calls are the rows of agl.common.call_packs,
 one array per rollout; every call's token ids and log-probs are two raw little-endian sections, read into two
 packed arrays in one copy each and sliced from there, prompts held as what they add to an earlier call's. JSON
 text with base64 was a 25 MB body for 8,000 calls, decoded at ~30,000 calls/s; this one is a fifth of the size
@@ -33,11 +33,11 @@ from typing import Any
 import orjson
 from pydantic import TypeAdapter, ValidationError
 
-from agl.call_packs import PackError, pack_calls, unpack_calls
-from agl.gc_pause import gc_paused
-from agl.packed import FLOAT64, INT32, array_bytes, floats_array, ids_array
+from agl.common.call_packs import PackError, pack_calls, unpack_calls
+from agl.common.gc_pause import gc_paused
+from agl.common.packed import FLOAT64, INT32, array_bytes, floats_array, ids_array
+from agl.common.trainable import ARRAY_COLUMNS, TrainableCall, TrainableRollout, call_from_columns, call_values
 from agl.schema import Reward, Rollout, Span, Task
-from agl.trainable import ARRAY_COLUMNS, TrainableCall, TrainableRollout, call_from_columns, call_values
 
 BINARY_TYPE = "application/vnd.agl.trainable"
 JSON_TYPE = "application/json"
@@ -87,7 +87,7 @@ def to_binary(rollouts: Sequence[TrainableRollout]) -> bytes:
 
 def from_binary(body: bytes) -> list[TrainableRollout]:
     """The rollouts `to_binary` wrote. Raises WireError for a body cut short, changed, or not agl's."""
-    with gc_paused():  # tens of thousands of new objects, none of them in a cycle (agl.gc_pause)
+    with gc_paused():  # tens of thousands of new objects, none of them in a cycle (agl.common.gc_pause)
         return _from_binary(body)
 
 
@@ -189,7 +189,7 @@ def _json_call(c: TrainableCall) -> list[Any]:
 
 
 def to_json(rollouts: Sequence[TrainableRollout]) -> bytes:
-    """JSON for any client: models as their JSON, each call as its CALL_COLUMNS (agl.trainable) with the packed
+    """JSON for any client: models as their JSON, each call as its CALL_COLUMNS (agl.common.trainable) with the packed
     arrays as base64 of their little-endian bytes."""
     return orjson.dumps(
         [

@@ -11,7 +11,7 @@ import inspect
 from collections.abc import Awaitable, Callable
 from typing import Any, Union, overload
 
-from agl.llm import LLM
+from agl.capture.llm import LLM
 
 RolloutResult = Union[float, int, None]
 

@@ -1,6 +1,6 @@
 """Pausing Python's cycle collector while a step's data is read and turned into transitions.
 
-Reading a step's rollouts back (agl.store.reads) and building their transitions (agl.transitions) each make
+Reading a step's rollouts back (agl.store.reads) and building their transitions (agl.learn.transitions) each make
 tens of thousands of container objects (row tuples, records, transitions, lists) that form no reference
 cycles. The cycle collector is triggered by that count alone, and each of its older-generation passes walks
 every tracked object of the process (in the trainer: the model's Python objects too), again and again, for

@@ -1,0 +1,96 @@
+"""agl-core's map of itself: its stages, lowest first, and the import graph over its modules, read from the source
+(no module is imported). `packages/core/tests/test_layout.py` checks that no module imports a stage above its own;
+the docs' architecture page draws the stages and their folders from the same functions.
+"""
+
+from __future__ import annotations
+
+import ast
+import importlib.util
+from pathlib import Path
+
+# (stage, what it does, the modules and packages it holds), lowest first: a module may import its own stage and the
+# stages below it, never one above
+STAGES: list[tuple[str, str, tuple[str, ...]]] = [
+    (
+        "shared",
+        "the public records, the names on the wire, the REST client, and what every stage shares",
+        ("agl._version", "agl.schema", "agl.protocol", "agl.client", "agl.common"),
+    ),
+    ("capture", "the agent's side: runs it and records what it does", ("agl.capture",)),
+    ("store", "the durable store that keeps what was captured", ("agl.store",)),
+    ("server", "`agl serve` over the store: REST API, OTLP receiver, LLM proxy, dashboard", ("agl.server",)),
+    ("learn", "turns stored rollouts into transitions and credit", ("agl.learn",)),
+    (
+        "tools",
+        "use every stage: the public names, the CLI, test helpers, deprecated aliases",
+        ("agl", "agl.cli", "agl.testing", "agl.credit", "agl.air", "agl.transitions", "agl.trainable"),
+    ),
+]
+
+
+def stage(module: str) -> int:
+    """The rank of the stage `module` belongs to: the longest prefix in `STAGES` that names it."""
+    best = (-1, -1)
+    for rank, (_, _, prefixes) in enumerate(STAGES):
+        for prefix in prefixes:
+            if module == prefix or module.startswith(prefix + "."):
+                best = max(best, (len(prefix), rank))
+    if best[1] < 0:
+        raise ValueError(f"{module} belongs to no stage of agl-core")
+    return best[1]
+
+
+def module_name(path: Path, root: Path) -> str:
+    """`agl.capture.runner` for `root/capture/runner.py` (`root` being the `agl` package's folder)."""
+    parts = list(path.relative_to(root.parent).with_suffix("").parts)
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def _is_module(dotted: str) -> bool:
+    try:
+        return importlib.util.find_spec(dotted) is not None
+    except ModuleNotFoundError:
+        return False
+
+
+def imports(source: str, name: str, *, is_package: bool = False) -> set[str]:
+    """Every agl module the module `name` (its `source`) imports, at its top or inside a function (a lazy import is
+    still a dependency); `from agl.x import y` where y is a module counts as importing agl.x.y."""
+    package = name if is_package else name.rsplit(".", 1)[0]
+    found: set[str] = set()
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Import):
+            found |= {a.name for a in node.names if a.name.split(".")[0] == "agl"}
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = package.split(".")[: len(package.split(".")) - node.level + 1]
+                target = ".".join(base + ([node.module] if node.module else []))
+            else:
+                target = node.module or ""
+            if target.split(".")[0] != "agl":
+                continue
+            found.add(target)
+            found |= {f"{target}.{a.name}" for a in node.names if _is_module(f"{target}.{a.name}")}
+    return found
+
+
+def graph(root: Path) -> dict[str, set[str]]:
+    """Every module under `root` (the `agl` package's folder) → the agl modules it imports."""
+    return {
+        module_name(path, root): imports(
+            path.read_text(), module_name(path, root), is_package=path.name == "__init__.py"
+        )
+        for path in sorted(root.rglob("*.py"))
+    }
+
+
+def upward_imports(name: str, targets: set[str]) -> list[str]:
+    """The imports of `name` that reach a stage above its own, described."""
+    out = []
+    for target in sorted(targets):
+        if target == "agl" and name != "agl":  # `from agl import x`: judged by x itself
+            continue
+        if stage(target) > stage(name):
+            out.append(f"{name} ({STAGES[stage(name)][0]}) imports {target} ({STAGES[stage(target)][0]})")
+    return out

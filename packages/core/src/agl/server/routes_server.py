@@ -1,0 +1,44 @@
+"""The server's own routes: whether it can work (`/healthz`), what it is (`info`), what its store holds (`stats`)."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from fastapi import FastAPI
+from starlette.concurrency import run_in_threadpool
+from starlette.responses import JSONResponse
+
+from agl._version import __version__
+from agl.server.middleware import HEALTH_PATH
+
+if TYPE_CHECKING:
+    from agl.server.app import Server
+
+API = "/api/v1"  # the REST API's prefix, shared by every route module
+
+
+def add_routes(app: FastAPI, server: Server) -> None:
+    store = server.store
+
+    @app.api_route(HEALTH_PATH, methods=["GET", "HEAD"], tags=["server"])
+    async def healthz() -> JSONResponse:
+        """Whether the server can do its work: 200 when a write reaches the store now, else 503 with why.
+        Open without the token (it tells nothing else), for load balancers and supervisors."""
+        status, body = await server.health()
+        return JSONResponse(body, status_code=status)
+
+    @app.get(f"{API}/info", tags=["server"])
+    async def info() -> dict[str, Any]:
+        return {
+            "version": __version__,
+            "store_writable": server.store.writer.alive,
+            "served_model": server.settings.served_model,
+            "upstream": server.settings.upstream.base_url,
+            "auth": bool(server.settings.token),
+            "model_version": server.proxy.model_version.version if server.proxy.model_version else None,
+        }
+
+    @app.get(f"{API}/stats", tags=["server"])
+    async def stats() -> dict[str, Any]:
+        counts, statuses = await run_in_threadpool(lambda: (store.counts(), store.status_counts()))
+        return {"counts": counts, "rollouts_by_status": statuses}

@@ -1,0 +1,76 @@
+"""What the trainer drives: model versions (publishing one routes the proxy's next calls to it), the proxy's use
+of its upstream and the hold on new calls around an update, and the export of the stored LLM calls."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+import orjson
+from fastapi import FastAPI, Query
+from starlette.responses import StreamingResponse
+
+from agl.schema import INT64_MAX, ModelVersion, ModelVersionIn
+from agl.server.errors import error_response
+from agl.server.routes_server import API
+
+if TYPE_CHECKING:
+    from agl.server.app import Server
+
+
+def add_routes(app: FastAPI, server: Server) -> None:
+    store, proxy = server.store, server.proxy
+
+    @app.post(f"{API}/model_versions", tags=["models"], status_code=201)
+    async def publish(mv: ModelVersionIn) -> ModelVersion:
+        version = await server.written(store.publish_model_version(mv))
+        proxy.set_model_version(version)
+        return version
+
+    @app.get(f"{API}/model_versions/latest", tags=["models"])
+    async def latest() -> ModelVersion | None:
+        return proxy.model_version
+
+    @app.get(f"{API}/proxy/usage", tags=["models"])
+    async def proxy_usage() -> dict[str, Any]:
+        """The upstream's use so far: calls in flight, seconds with at least one in flight (`busy_s`), calls
+        answered and the tokens they generated, and whether new calls are held (the trainer's overlap figures)."""
+        meter = proxy.meter
+        return {
+            "in_flight": meter.in_flight,
+            "busy_s": meter.busy_s,
+            "calls": meter.calls,
+            "completion_tokens": meter.completion_tokens,
+            "held": proxy.gate.held,
+        }
+
+    @app.post(f"{API}/proxy/hold", tags=["models"])
+    async def hold_calls(
+        drain_timeout_s: float = Query(default=600.0, gt=0, le=86_400),
+        max_hold_s: float = Query(default=3600.0, gt=0, le=86_400),
+    ) -> Any:
+        """Hold new LLM calls and return once none is in flight (agl.server.call_gate): the trainer then
+        changes weights in place and publishes between calls. Released by `/proxy/release`, or after
+        `max_hold_s`. 409 when calls are still in flight after `drain_timeout_s` (the gate is open again)."""
+        try:
+            return await proxy.gate.hold(drain_timeout_s=drain_timeout_s, max_hold_s=max_hold_s)
+        except TimeoutError as exc:
+            return error_response(409, str(exc), "conflict")
+
+    @app.post(f"{API}/proxy/release", tags=["models"])
+    async def release_calls() -> dict[str, bool]:
+        proxy.gate.release()
+        return {"held": False}
+
+    @app.get(f"{API}/export/llm_calls", tags=["export"], response_class=StreamingResponse)
+    async def export(
+        step: int | None = Query(default=None, ge=0, le=INT64_MAX), trainable_only: bool = True
+    ) -> StreamingResponse:
+        def lines() -> Any:
+            for rollout, call in store.iter_final_llm_calls(step=step):
+                if trainable_only and not call.trainable:
+                    continue
+                row = call.model_dump(mode="json")
+                row["task_id"], row["final_reward"] = rollout.task_id, rollout.final_reward
+                yield orjson.dumps(row) + b"\n"
+
+        return StreamingResponse(lines(), media_type="application/x-ndjson")

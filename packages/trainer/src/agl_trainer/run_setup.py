@@ -1,0 +1,299 @@
+"""A run's backends, set up before its first step: on CUDA the run's plan (refused here if it would not fit);
+vLLM first where it serves on the GPUs; the policy trainer (agl's, or verl's actor workers); the engine that
+generates (the embedded one, sharing the trainer's model, or a remote one that gets the trainer's weights); and
+whether rollouts may overlap updates (`max_staleness`)."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from collections.abc import Callable
+from contextlib import ExitStack
+from dataclasses import dataclass
+from functools import partial
+from pathlib import Path
+from typing import Any, cast
+
+from rich.console import Console
+
+from agl_trainer.backends import InferenceBackend, PolicyBackend
+from agl_trainer.colocation import Colocation
+from agl_trainer.config import TrainConfig
+from agl_trainer.engine import BASE_MODEL, Engine
+from agl_trainer.models import load_model, load_tokenizer, pick_device
+from agl_trainer.plan.build import RunPlan
+from agl_trainer.policy import PolicyTrainer, wrap_lora
+from agl_trainer.remote_engine import open_remote_engine
+from agl_trainer.serving import EngineServer
+from agl_trainer.vllm_server import VLLMServer, find_vllm_python
+
+
+@dataclass
+class Backends:
+    policy: PolicyBackend
+    inference: InferenceBackend
+    weights_lock: contextlib.AbstractContextManager[Any]  # held while the weights change: no generation meanwhile
+    upstream_model: str | None  # the model name the proxy asks the engine for (None: the engine's default)
+    sharing: Colocation | None  # vLLM and the trainer taking turns on the same GPUs
+    # weights the update changed that the engine's copy of the model does not share yet (verl trains elsewhere)
+    sync_engine: Callable[[], None] | None
+    upstream: str  # the URL the proxy forwards to
+    where: str  # a description of the engine, for the run's first line
+
+
+def gpu_plan(config: TrainConfig, run_dir: Path, console: Console) -> RunPlan | None:
+    """On CUDA, the run's plan (agl_trainer.plan), written to `plan.json`; a plan that does not fit stops the
+    run here, before anything starts, naming what would make it fit."""
+    from agl_trainer.plan.build import PlanRequest, plan_run, write_plan
+    from agl_trainer.plan.hardware import detect
+    from agl_trainer.verl.settings import parse_overrides
+
+    cfg = config
+    hardware = detect() if pick_device(cfg.device).startswith("cuda") else None
+    if hardware is None:
+        return None
+    request = PlanRequest(
+        cfg, hardware, rollout_gpus=cfg.rollout_gpus or None, verl_overrides=parse_overrides(list(cfg.verl_set))
+    )
+    plan, run_plan = plan_run(request)
+    written = write_plan(plan, run_dir)
+    console.print(
+        f"plan: {run_plan.layout.mode} on {hardware.gpus} × {hardware.gpu_name or 'GPU'} "
+        f"({hardware.gpu_memory_gib:g} GiB), peak {plan['memory']['peak_gib_per_gpu']} GiB per GPU, "
+        f"token budget {run_plan.token_budget} · {written}"
+    )
+    for warning in plan["warnings"]:
+        console.print(f"  [yellow]plan:[/] {warning['message']} → {warning['change']}")
+    if not run_plan.fits:
+        raise ValueError(f"this run would not fit on this machine's GPUs ({written}): {run_plan.refusal}")
+    return run_plan
+
+
+def open_backends(
+    config: TrainConfig,
+    path: Path,
+    stack: ExitStack,
+    *,
+    plan: RunPlan | None,
+    agent_adapters: dict[str, str],
+    run_dir: Path,
+    console: Console,
+) -> Backends:
+    """The policy backend and the engine for the model at `path`, closed with `stack`."""
+    cfg = config
+    remote = bool(cfg.engine_url) or cfg.engine == "vllm"
+    sharing: Colocation | None = None
+    vllm = None
+    if plan is not None and cfg.engine == "vllm":
+        vllm, sharing = start_vllm_first(cfg, plan, path, stack, console)
+    # with verl the update runs in its workers and another process generates: the driver holds no model (a 7B
+    # in fp32 would be 30 GB of host memory for nothing); with agl's engine the model is the one it generates with
+    model: Any = None
+    if cfg.trainer == "verl" and remote:
+        tokenizer = load_tokenizer(path)
+    else:
+        model, tokenizer = load_model(path, device=cfg.device)
+        if cfg.policy.lora:
+            model = wrap_lora(model, cfg.policy, adapters=list(agent_adapters.values()) or ["default"])
+    policy: PolicyBackend
+    if cfg.trainer == "verl":
+        policy = verl_policy(cfg, path, tokenizer, stack, plan=plan, agent_adapters=agent_adapters, console=console)
+    else:
+        policy = PolicyTrainer(model, cfg.policy, pad_id=tokenizer.pad_token_id, agent_adapters=agent_adapters)
+    if cfg.engine_url or cfg.engine == "vllm":
+        # serving happens elsewhere (a vLLM server agl starts, another `agl engine`, a vLLM server someone runs):
+        # it gets our weights now, and its log-probs are checked against ours
+        if sharing is not None:
+            sharing.policy = cast(Any, policy)
+        cpu_threads = split_cores_with_vllm(cfg, policy, console) if cfg.engine == "vllm" and vllm is None else 0
+        backend, upstream, where = open_remote_engine(
+            url=cfg.engine_url,
+            vllm_python=cfg.vllm_python,
+            model_path=path,
+            model=model,
+            tokenizer=tokenizer,
+            # VerlPolicy publishes the same way (config, device, agent_adapters, save, adapter_folder, logprobs)
+            policy=cast(PolicyTrainer, policy),
+            run_dir=run_dir,
+            console=console,
+            stack=stack,
+            server=vllm,
+            sharing=sharing,
+            cpu_threads=cpu_threads,
+        )
+        return Backends(
+            policy=policy,
+            inference=backend,
+            weights_lock=contextlib.nullcontext(),
+            upstream_model=None if agent_adapters else "default",
+            sharing=sharing,
+            sync_engine=None,
+            upstream=upstream,
+            where=where,
+        )
+    sync_engine: Callable[[], None] | None = None
+    if cfg.trainer == "verl":  # the embedded engine generates with `model`, which verl's update leaves as it was
+        sync_engine = partial(cast(Any, policy).load_into, model)
+    engine = Engine(model, tokenizer, max_batch=cfg.max_batch).start()
+    if agent_adapters:
+        engine.default_adapter = BASE_MODEL  # calls routed to no agent's policy: the base model
+    stack.callback(engine.close)
+    eval_temperature = cfg.temperature if cfg.eval_temperature is None else cfg.eval_temperature
+    front = EngineServer(engine, default_temperature=cfg.temperature, eval_temperature=eval_temperature)
+    stack.callback(front.start().stop)
+    return Backends(
+        policy=policy,
+        inference=engine,
+        weights_lock=engine.lock,  # no generation while the weights change
+        upstream_model=None,
+        sharing=sharing,
+        sync_engine=sync_engine,
+        upstream=front.url,
+        where=f"embedded engine on {engine.device}",
+    )
+
+
+def choose_overlap(
+    config: TrainConfig, sharing: Colocation | None, inference: InferenceBackend, console: Console
+) -> tuple[int, bool]:
+    """With max_staleness ≥ 1: whether rollouts can run during updates here, and how versions stay exact —
+    (the run's max staleness, whether the proxy holds calls around each update)."""
+    if not config.max_staleness:
+        return config.max_staleness, False
+    if sharing is not None:
+        # vLLM sleeps while the trainer holds the GPUs: nothing generates during an update (the plan says so)
+        console.print(
+            "[yellow]max staleness 0: vLLM shares the GPUs with the trainer and sleeps during updates, so no "
+            "rollout can overlap one (give vLLM GPUs of its own with --rollout-gpus to overlap)[/]"
+        )
+        return 0, False
+    # a LoRA adapter per version keeps the previous version serving while the next one loads; the embedded
+    # engine's model and a full-weights reload change under the calls in flight, so those are held meanwhile
+    return config.max_staleness, not getattr(inference, "serves_previous_version_while_loading", False)
+
+
+def split_cores_with_vllm(config: TrainConfig, policy: PolicyBackend, console: Console) -> int:
+    """vLLM's OpenMP threads on a CPU. With overlap, generation and the update run at once on the same cores:
+    each gets half (measured on 2 cores: with both on every core, OpenMP's threads contend and generation fell
+    from ~50 to 1-3 tokens/s while the update ran). Without overlap they take turns, and each has them all."""
+    import torch
+
+    cores = os.cpu_count() or 1
+    device = str(getattr(policy, "device", config.device))
+    if not config.max_staleness or device.startswith("cuda") or cores < 2:
+        return 0
+    engine = cores // 2
+    torch.set_num_threads(cores - engine)
+    console.print(
+        f"max staleness {config.max_staleness} on a CPU: vLLM generates on {engine} of {cores} cores while the "
+        f"trainer updates on {cores - engine}"
+    )
+    return engine
+
+
+def start_vllm_first(
+    config: TrainConfig, plan: RunPlan, path: Path, stack: ExitStack, console: Console
+) -> tuple[VLLMServer, Colocation | None]:
+    """vLLM before the trainer's model: it refuses to start unless its share of the GPU is free. On colocated
+    GPUs it then sleeps until the trainer's first weights are written (agl_trainer.colocation): the server, and
+    its turns with the trainer there."""
+    from transformers import AutoTokenizer
+
+    from agl_trainer.chat_format import engine_chat_template
+    from agl_trainer.plan.build import PlanRequest, vllm_settings
+
+    cfg = config
+    template = engine_chat_template(AutoTokenizer.from_pretrained(path))
+    python = str(find_vllm_python(cfg.vllm_python))
+    request = PlanRequest(cfg, detect_hardware_or_fail())
+    settings = vllm_settings(request, path, plan.shape, plan.layout, plan.longest, python, template)
+    server = VLLMServer(settings, console).start()
+    stack.callback(server.stop)
+    sharing = None
+    if plan.layout.mode == "colocated":
+        sharing = Colocation(server.url, _NoPolicyYet(), level=1 if cfg.policy.lora else 2)
+        stack.callback(sharing.close)
+        sharing.sleep_engine()
+    return server, sharing
+
+
+def verl_policy(
+    config: TrainConfig,
+    path: Path,
+    tokenizer: Any,
+    stack: ExitStack,
+    *,
+    plan: RunPlan | None,
+    agent_adapters: dict[str, str],
+    console: Console,
+) -> PolicyBackend:
+    """verl's actor worker as the policy backend (agl_trainer.verl): started on Ray now, stopped with the run."""
+    from agl_trainer.verl.backend import VerlPolicy
+
+    cfg = config
+    console.print(
+        f"verl trainer: {cfg.trainer_workers} rank(s)"
+        + (f" for each of {len(agent_adapters)} agents' policies" if agent_adapters else "")
+        + " on "
+        + (f"Ray at {cfg.ray_address}" if cfg.ray_address else "a local Ray")
+    )
+    profile = None
+    if plan is not None:  # the plan's CUDA profile: its token budget, flash-attn when installed
+        from agl_trainer.verl.settings import cuda_profile
+
+        profile = cuda_profile(plan.token_budget, lora=cfg.policy.lora)
+    from agl_trainer.verl.settings import parse_overrides
+
+    actors = len(set(agent_adapters.values())) or 1  # one verl actor per agent's policy
+
+    def make(adapter: str | None = None) -> VerlPolicy:
+        return VerlPolicy(
+            path,
+            cfg.policy,
+            pad_id=tokenizer.pad_token_id,
+            workers=cfg.trainer_workers,
+            ray_address=cfg.ray_address,
+            num_cpus=cfg.trainer_workers * actors,  # a local Ray holds every actor's ranks
+            # split layout: the GPUs vLLM does not hold (the node's first ones)
+            num_gpus=(
+                plan.layout.trainer_gpus_per_node[0] if plan is not None and plan.layout.mode == "split" else None
+            ),
+            device="cuda" if profile is not None else cfg.device,
+            seed=cfg.seed,
+            overrides=parse_overrides(list(cfg.verl_set)),
+            profile=profile,
+            # the plan's ranks per node for one actor; each agent's actor asks for its own ranks
+            placement=plan.layout.trainer_gpus_per_node if plan and actors == 1 else None,
+        )
+
+    policy: Any
+    if agent_adapters:
+        from agl_trainer.verl.per_agent import PerAgentVerlPolicy
+
+        policy = PerAgentVerlPolicy(agent_adapters, make)
+    else:
+        policy = make()
+    stack.callback(policy.close)
+    return cast(PolicyBackend, policy)
+
+
+def detect_hardware_or_fail() -> Any:
+    from agl_trainer.plan.hardware import detect
+
+    hardware = detect()
+    if hardware is None:
+        raise RuntimeError("CUDA disappeared between planning and starting vLLM")
+    return hardware
+
+
+class _NoPolicyYet:
+    """Colocation's policy before the trainer exists: vLLM sleeps, nothing of the trainer's moves yet."""
+
+    def to_device(self) -> None:
+        pass
+
+    def to_host(self) -> None:
+        pass
+
+    def update(self, transitions: Any) -> Any:
+        raise RuntimeError("no policy yet")
