@@ -4,7 +4,10 @@ takes 0.4 s per answer: what the trainer's overlap figures and its in-place weig
 - the meter counts calls in flight, the seconds with at least one in flight, and the tokens they generated;
 - holding the gate waits for the calls in flight to be stored; a call arriving meanwhile waits and is stored
   under the version published before the release, never the one it arrived under;
-- a hold that cannot drain in time is refused and leaves the gate open; a hold nobody releases lapses.
+- a hold that cannot drain in time is refused and leaves the gate open; a hold nobody releases lapses;
+- no hold freezes the agents (issue #41): the server keeps new calls waiting for a drain no longer than its
+  `--hold-drain-timeout`, a trainer that hangs up during the drain releases the gate, and agl's client tries a
+  refused hold again and renews a short one while it holds it.
 """
 
 from __future__ import annotations
@@ -143,3 +146,69 @@ def test_a_hold_nobody_releases_lapses(gated: tuple[ServerProcess, Client]) -> N
     chat(base, answers)
     assert answers and 0.5 <= time.monotonic() - start < 0.5 + DELAY_S + 2
     assert client.proxy_usage()["held"] is False
+
+
+# ---------------------------------------------------------------------- a hold cannot freeze the agents (issue #41)
+
+LONG_S = 3.0  # a call in flight this long: longer than the drain bound below
+
+
+@pytest.fixture(scope="module")
+def very_slow_upstream() -> Iterator[str]:
+    proc, url = start_upstream_process(delay_s=LONG_S)
+    yield url
+    proc.terminate()
+    proc.wait(10)
+
+
+@pytest.fixture
+def bounded(tmp_path: Path, very_slow_upstream: str) -> Iterator[tuple[ServerProcess, Client]]:
+    server = start_server(tmp_path / "run", upstream=very_slow_upstream, extra_args=["--hold-drain-timeout=0.5"])
+    with Client(server.url) as client:
+        yield server, client
+    server.stop()
+
+
+def test_a_drain_keeps_new_calls_waiting_no_longer_than_the_servers_bound(
+    bounded: tuple[ServerProcess, Client],
+) -> None:
+    server, client = bounded
+    _, base = attempt_base(server, client)
+    running = in_background(base, [])
+    wait_in_flight(client, 1)
+    start = time.monotonic()
+    # the trainer would wait up to 600 s; the server lets new calls wait 0.5 s at most, then opens the gate
+    refused = httpx.post(f"{server.url}/api/v1/proxy/hold", params={"drain_timeout_s": 600}, json={}, timeout=30)
+    assert refused.status_code == 409 and "after 0.5 s" in refused.text, refused.text
+    assert time.monotonic() - start < 2.5 and client.proxy_usage()["held"] is False
+    running.join(10)
+
+
+def test_a_trainer_that_hangs_up_while_its_hold_drains_releases_it(bounded: tuple[ServerProcess, Client]) -> None:
+    server, client = bounded
+    _, base = attempt_base(server, client)
+    running = in_background(base, [])
+    wait_in_flight(client, 1)
+    with pytest.raises(httpx.ReadTimeout):  # gone after 0.2 s, well before the 0.5-s drain bound
+        httpx.post(f"{server.url}/api/v1/proxy/hold", params={"drain_timeout_s": 0.45}, json={}, timeout=0.2)
+    time.sleep(0.1)
+    assert client.proxy_usage()["held"] is False
+    running.join(10)
+
+
+def test_the_clients_hold_retries_a_refused_drain_and_renews_itself_while_held(
+    bounded: tuple[ServerProcess, Client],
+) -> None:
+    server, client = bounded
+    _, base = attempt_base(server, client)
+    first: list[Any] = []
+    running = in_background(base, first)
+    wait_in_flight(client, 1)
+    start = time.monotonic()
+    # refused while the 3-s call runs (the gate opening between tries), held once it is answered
+    with client.calls_held(drain_timeout_s=30, max_hold_s=1.0) as held:
+        assert held["held"] and first and time.monotonic() - start >= LONG_S * 0.8
+        time.sleep(2.5)  # past the 1-s lapse: renewed meanwhile, so still held
+        assert client.proxy_usage()["held"] is True
+    assert client.proxy_usage()["held"] is False
+    running.join(10)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import threading
 import time
 from collections.abc import Iterator, Sequence
 from typing import Any, NamedTuple, TypeVar
@@ -206,18 +207,41 @@ class Client:
         return dict(self._call("GET", "/proxy/usage"))
 
     @contextlib.contextmanager
-    def calls_held(self, *, drain_timeout_s: float = 600.0, max_hold_s: float = 3600.0) -> Iterator[dict[str, Any]]:
+    def calls_held(self, *, drain_timeout_s: float = 600.0, max_hold_s: float = 60.0) -> Iterator[dict[str, Any]]:
         """Inside, no LLM call is in flight and new ones wait at the proxy (agl.server.call_gate): weights can
-        change in place and a version be published between calls. Released on leaving, whatever happened."""
-        params = {"drain_timeout_s": drain_timeout_s, "max_hold_s": max_hold_s}
-        # the drain can take as long as the longest call in flight: the wait is the server's, bounded by drain_timeout_s
-        resp = self._http.request("POST", API + "/proxy/hold", json={}, params=params, timeout=drain_timeout_s + 30)
+        change in place and a version be published between calls. Released on leaving, whatever happened.
+
+        The server keeps new calls waiting for a drain only so long (its `--hold-drain-timeout`); a refused hold
+        is tried again, the calls flowing in between, until `drain_timeout_s`. Inside, the hold is renewed every
+        third of `max_hold_s`, so a trainer that dies releases the agents within `max_hold_s`."""
+        deadline = time.monotonic() + drain_timeout_s
+        left = drain_timeout_s
+        while True:
+            params = {"drain_timeout_s": left, "max_hold_s": max_hold_s}
+            # the wait is the server's, bounded by its own drain limit and by what is left of drain_timeout_s
+            resp = self._http.request("POST", API + "/proxy/hold", json={}, params=params, timeout=left + 30)
+            if resp.status_code != 409 or time.monotonic() + 1.0 >= deadline:
+                break
+            time.sleep(0.5)  # the gate is open meanwhile: the calls that waited go through
+            left = round(max(deadline - time.monotonic(), 0.1), 1)
         _raise_for(resp)
         held = dict(resp.json())
+        stop = threading.Event()
+        renew = threading.Thread(target=self._renew_hold, args=(stop, max_hold_s), daemon=True, name="agl-hold")
+        renew.start()
         try:
             yield held
         finally:
+            stop.set()
+            renew.join()
             self._call("POST", "/proxy/release", {})
+
+    def _renew_hold(self, stop: threading.Event, max_hold_s: float) -> None:
+        # holding again while held drains nothing (no call is in flight) and pushes the lapse back
+        while not stop.wait(max_hold_s / 3):
+            with contextlib.suppress(httpx.HTTPError):
+                params = {"drain_timeout_s": 1.0, "max_hold_s": max_hold_s}
+                self._http.request("POST", API + "/proxy/hold", json={}, params=params, timeout=max_hold_s / 3)
 
     def add_spans(self, spans: Sequence[SpanIn]) -> int:
         return int(self._call("POST", "/spans", {"spans": _json(spans)})["stored"])

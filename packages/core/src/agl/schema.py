@@ -49,7 +49,7 @@ Json = Annotated[JsonValue, AfterValidator(_json_fits)]
 Int64 = Annotated[int, Field(ge=INT64_MIN, le=INT64_MAX)]
 Seq = Annotated[int, Field(ge=0, le=INT64_MAX)]
 Number = Annotated[float, BeforeValidator(_not_bool)]
-Timestamp = Annotated[float, Field(ge=0, le=MAX_TIMESTAMP)]
+Timestamp = Annotated[float, BeforeValidator(_not_bool), Field(ge=0, le=MAX_TIMESTAMP)]
 
 
 class _Model(BaseModel):

@@ -135,6 +135,20 @@ def cli() -> None:
     help="Connections to the upstream held at once; calls past it wait for one (up to --upstream-timeout).",
 )
 @click.option(
+    "--upstream-max-answer-mb",
+    type=click.FloatRange(min=0.001),
+    default=64.0,
+    show_default=True,
+    help="Largest answer read from the upstream (502 past it, the call stored with the error).",
+)
+@click.option(
+    "--upstream-max-event-mb",
+    type=click.FloatRange(min=0.001),
+    default=16.0,
+    show_default=True,
+    help="Largest event of an upstream's streamed answer (the stream is cut past it, the call stored with the error).",
+)
+@click.option(
     "--allowed-host",
     "allowed_hosts",
     multiple=True,
@@ -142,7 +156,9 @@ def cli() -> None:
     " with any other Host header are refused, which keeps web pages from reaching it by DNS rebinding.",
 )
 @click.option("--served-model", default="agl-policy", show_default=True, help="Model name agents are told to use.")
-@click.option("--max-body-mb", default=32.0, show_default=True, type=float, help="Largest request body accepted.")
+@click.option(
+    "--max-body-mb", default=32.0, show_default=True, type=float, help="Largest request body accepted (413 past it)."
+)
 @click.option(
     "--max-spans-per-request",
     default=10_000,
@@ -155,7 +171,8 @@ def cli() -> None:
     default=64.0,
     show_default=True,
     type=click.FloatRange(min=1),
-    help="Largest request line plus headers accepted (431 past it).",
+    help="Largest request line plus headers accepted, and largest trailers (with chunk lines) of a chunked body"
+    " (431 past it).",
 )
 @click.option(
     "--header-timeout",
@@ -165,11 +182,34 @@ def cli() -> None:
     help="Seconds a request's line and headers may take to arrive (408 past it).",
 )
 @click.option(
+    "--body-timeout",
+    default=60.0,
+    show_default=True,
+    type=click.FloatRange(min=0.1),
+    help="Seconds a request's body (trailers included) may take to arrive after its headers (408 past it).",
+)
+@click.option(
+    "--send-timeout",
+    default=30.0,
+    show_default=True,
+    type=click.FloatRange(min=0.1),
+    help="Seconds a client may take none of its answer once the server's buffers for it are full; past it the"
+    " connection is dropped (a proxied call is stored as abandoned).",
+)
+@click.option(
+    "--hold-drain-timeout",
+    default=30.0,
+    show_default=True,
+    type=click.FloatRange(min=0.1),
+    help="Seconds a trainer's hold on new LLM calls may keep them waiting while the calls in flight finish; past"
+    " it the calls flow again and the trainer tries later.",
+)
+@click.option(
     "--max-connections",
     default=None,
     type=click.IntRange(min=1),
     help="Open connections held at once (default: from the open-file limit). At the limit, connections stalled"
-    " in their headers are closed first, then new ones get 503.",
+    " in their headers or body are closed first, then new ones get 503.",
 )
 @click.option(
     "--log-level", default="warning", show_default=True, type=click.Choice(["debug", "info", "warning", "error"])
@@ -187,12 +227,17 @@ def serve(
     eval_temperature: float | None,
     upstream_timeout: float,
     upstream_connections: int,
+    upstream_max_answer_mb: float,
+    upstream_max_event_mb: float,
     allowed_hosts: tuple[str, ...],
     served_model: str,
     max_body_mb: float,
     max_spans_per_request: int,
     max_header_kb: float,
     header_timeout: float,
+    body_timeout: float,
+    send_timeout: float,
+    hold_drain_timeout: float,
     max_connections: int | None,
     log_level: str,
 ) -> None:
@@ -216,8 +261,13 @@ def serve(
         max_body_bytes=int(max_body_mb * 1024 * 1024),
         allowed_hosts=allowed_hosts,
         max_spans_per_request=max_spans_per_request,
+        hold_drain_max_s=hold_drain_timeout,
         connections=ConnectionLimits(
-            max_head_bytes=int(max_header_kb * 1024), head_timeout_s=header_timeout, max_connections=max_connections
+            max_head_bytes=int(max_header_kb * 1024),
+            head_timeout_s=header_timeout,
+            body_timeout_s=body_timeout,
+            send_timeout_s=send_timeout,
+            max_connections=max_connections,
         ),
         upstream=UpstreamConfig(
             base_url=upstream,
@@ -228,6 +278,8 @@ def serve(
             eval_temperature=eval_temperature,
             timeout_s=upstream_timeout,
             max_connections=upstream_connections,
+            max_answer_bytes=int(upstream_max_answer_mb * 1024 * 1024),
+            max_event_bytes=int(upstream_max_event_mb * 1024 * 1024),
         ),
     )
 

@@ -22,19 +22,29 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from fastapi import FastAPI, Request
+from fastapi.exception_handlers import http_exception_handler
 from fastapi.exceptions import RequestValidationError
-from starlette.responses import JSONResponse
+from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.responses import JSONResponse, Response
 
 from agl._version import __version__
 from agl.server import routes_llm, routes_rollouts, routes_server, routes_traces, routes_training
 from agl.server.connections import ConnectionLimits, guarded_protocol
-from agl.server.errors import describe_validation, document_errors, error_response
-from agl.server.fixed_url import FixedUrlMiddleware
+from agl.server.errors import (
+    allowed_methods,
+    describe_validation,
+    document_errors,
+    error_response,
+    method_not_allowed,
+    takes_post,
+)
+from agl.server.fixed_url import FixedUrlMiddleware, FixedUrlRefusal
 from agl.server.middleware import (
     BearerTokenMiddleware,
     BodySizeLimitMiddleware,
     BrowserGuardMiddleware,
     DashboardHeadersMiddleware,
+    SpanBodyGuard,
 )
 from agl.server.otlp import DEFAULT_MAX_SPANS
 from agl.server.proxy import LLMProxy, UpstreamConfig
@@ -43,6 +53,7 @@ from agl.store import ConflictError, NotFoundError, Store, StoreUnavailable
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
+HEALTH_REUSE_S = 1.0  # how long a probe write that went through stands for the store being writable
 
 
 @dataclass
@@ -59,6 +70,8 @@ class ServerSettings:
     allowed_hosts: tuple[str, ...] = ()
     # how long /healthz waits for a write to go through before it answers 503
     health_timeout_s: float = 5.0
+    # the longest a hold on new LLM calls keeps them waiting while the calls in flight drain (agl.server.call_gate)
+    hold_drain_max_s: float = 30.0
     # spans one OTLP export request may hold (413 past it)
     max_spans_per_request: int = DEFAULT_MAX_SPANS
     # what a connection may cost before its request reaches the app (agl.server.connections)
@@ -113,6 +126,8 @@ class Server:
             store.writer.on_death = self._writer_died
         self.proxy = LLMProxy(self.store, settings.upstream, settings.served_model)
         self.work_event: asyncio.Event | None = None
+        self._health_probe: asyncio.Future[tuple[int, dict[str, Any]]] | None = None
+        self._health_ok: tuple[float, dict[str, Any]] | None = None  # (when, body) of the last probe that wrote
         self.app = self._build_fastapi()
 
     # ---------------------------------------------------------------------------------- helpers
@@ -125,7 +140,21 @@ class Server:
             self.on_fatal(exc)
 
     async def health(self) -> tuple[int, dict[str, Any]]:
-        """(status, body) of `/healthz`: 200 once a write has gone through the writer, 503 if none can."""
+        """(status, body) of `/healthz`: 200 once a write has gone through the writer, 503 if none can.
+
+        One probe write at a time, and a success stands for `HEALTH_REUSE_S` (its age in the answer): a flood of
+        health checks made the operator's own writes 20× slower when each one wrote (issue #41, N17). A writer
+        that has died is seen at once, whatever the last probe said."""
+        if not self.store.writer.alive:
+            return 503, {"status": "unavailable", "store": "the store's writer has stopped"}
+        last = self._health_ok
+        if last is not None and time.monotonic() - last[0] < HEALTH_REUSE_S:
+            return 200, {**last[1], "checked_s_ago": round(time.monotonic() - last[0], 3)}
+        if self._health_probe is None or self._health_probe.done():
+            self._health_probe = asyncio.ensure_future(self._probe_health())
+        return await asyncio.shield(self._health_probe)  # a caller that leaves does not cancel the others' probe
+
+    async def _probe_health(self) -> tuple[int, dict[str, Any]]:
         started = time.monotonic()
         try:
             await asyncio.wait_for(self.written(self.store.ping()), self.settings.health_timeout_s)
@@ -134,7 +163,10 @@ class Server:
             return 503, {"status": "unavailable", "store": why}
         except Exception as exc:
             return 503, {"status": "unavailable", "store": f"{type(exc).__name__}: {exc}"}
-        return 200, {"status": "ok", "store": "writable", "write_ms": round((time.monotonic() - started) * 1e3, 2)}
+        write_ms = round((time.monotonic() - started) * 1e3, 2)
+        body = {"status": "ok", "store": "writable", "write_ms": write_ms, "checked_at": round(time.time(), 6)}
+        self._health_ok = (time.monotonic(), body)
+        return 200, {**body, "checked_s_ago": 0.0}
 
     async def written(self, fut: Future[T]) -> T:
         """The store writer's answer to a write, awaited without blocking the event loop."""
@@ -170,10 +202,11 @@ class Server:
             await asyncio.to_thread(self.store.close)
 
     def build_app(self) -> Any:
-        app: Any = ProxyFastPath(self.app, self.proxy)
+        app: Any = FixedUrlRefusal(ProxyFastPath(self.app, self.proxy))
+        app = SpanBodyGuard(app, f"{routes_server.API}/spans", self.settings.max_spans_per_request)
         app = DashboardHeadersMiddleware(app)
         app = BodySizeLimitMiddleware(app, self.settings.max_body_bytes)
-        app = BrowserGuardMiddleware(app, allowed_host_names(self.settings))
+        app = BrowserGuardMiddleware(app, allowed_host_names(self.settings), takes_post(self.app))
         if self.settings.token:  # without the token nothing else is revealed
             app = BearerTokenMiddleware(app, self.settings.token)
         # outermost: a call at the run's fixed LLM URL becomes its per-rollout call before any guard judges it
@@ -188,6 +221,12 @@ class Server:
             lifespan=self._lifespan,
             description="Store REST API, OTLP/HTTP traces receiver and token-exact LLM proxy of agl.",
         )
+
+        @app.exception_handler(StarletteHTTPException)
+        async def _http(request: Request, exc: StarletteHTTPException) -> Response:
+            if exc.status_code == 405:
+                return method_not_allowed(request, allowed_methods(app, request.scope))
+            return await http_exception_handler(request, exc)
 
         @app.exception_handler(RequestValidationError)
         async def _validation(_: Request, exc: RequestValidationError) -> JSONResponse:

@@ -1,18 +1,25 @@
 """One call as the proxy sees it: whether a request can be recorded, what the call's answer told, the record.
 
 `request_problem` runs before anything is forwarded (a request the store could not record is refused, not
-answered and then lost); a `CallRecord` collects the ids, log-probs, message and status of the answer, JSON body
-or SSE chunks, and becomes the `LLMCall` the store keeps, with the reason it cannot be trained on, if any.
+answered and then lost), with the parse, on a worker thread for a large body (`parse_chat`, `parse_responses`);
+a `CallRecord` collects the ids, log-probs, message and status of the answer, JSON body or SSE chunks, checked
+first (`answer_problem`, `chunk_problem`: an upstream's answer is not trusted), and becomes the `LLMCall` the
+store keeps, with the reason it cannot be trained on, if any.
 """
 
 from __future__ import annotations
 
+import asyncio
 import time
-from typing import Any
+from collections.abc import Callable
+from typing import Any, TypeVar
 from urllib.parse import unquote
+
+import orjson
 
 from agl.common import attributes as attr
 from agl.schema import Attribution, LLMCall
+from agl.server import responses as responses_api
 from agl.store import new_id
 
 # Sampling parameters that change the distribution a response is drawn from beyond the temperature, with the
@@ -38,6 +45,9 @@ def untrainable_sampling(body: dict[str, Any], temperature: float | None) -> str
         if value not in neutral:
             return f"sampled with {key}={value!r}: agl trains the temperature-scaled distribution only"
     return None
+
+
+MALFORMED = "the LLM backend's answer is malformed"
 
 
 class CallRecord:
@@ -85,14 +95,21 @@ class CallRecord:
         # whether the agent asked for a stream, where that differs from how the backend was asked (the Responses
         # API streams its events from one chat completion); None: as the backend was asked
         self.client_stream: bool | None = None
+        self.heavy = False  # a large request: its record is built off the event loop
 
-    def take_choice(self, body: dict[str, Any]) -> None:
-        """Read a complete (non-streaming) response."""
+    def take_choice(self, body: Any) -> str | None:
+        """Read a complete (non-streaming) response; returns what is wrong with it, if anything: then nothing of
+        it is taken and the record carries the error (an upstream's malformed answer must neither fail the
+        proxy nor become training data)."""
+        problem = answer_problem(body)
+        if problem is not None:
+            self.error = f"{MALFORMED}: {problem}"
+            return problem
         choices = body.get("choices") or []
         self.usage = body.get("usage") or {}
         self.prompt_ids = body.get("prompt_token_ids")
         if not choices:
-            return
+            return None
         choice = choices[0]
         self.message = choice.get("message")
         self.finish_reason = choice.get("finish_reason")
@@ -102,9 +119,16 @@ class CallRecord:
         content = (choice.get("logprobs") or {}).get("content")
         if content is not None:
             self.logprobs = [float(c["logprob"]) for c in content]
+        return None
 
-    def take_chunk(self, chunk: dict[str, Any]) -> None:
-        """Accumulate one streamed chunk."""
+    def take_chunk(self, chunk: Any) -> str | None:
+        """Accumulate one streamed chunk; a malformed one is not taken, and the first such is noted as the call's
+        error (its bytes went to the agent already: the call can only be kept from training)."""
+        problem = chunk_problem(chunk)
+        if problem is not None:
+            if self.error is None:
+                self.error = f"{MALFORMED}: {problem}"
+            return problem
         if chunk.get("prompt_token_ids") is not None:
             self.prompt_ids = chunk["prompt_token_ids"]
         if chunk.get("usage"):
@@ -131,7 +155,7 @@ class CallRecord:
                 self.content.append(delta["content"])
             for tc in delta.get("tool_calls") or []:
                 slot = self.tool_calls.setdefault(
-                    tc.get("index", 0), {"id": None, "type": "function", "function": {"name": [], "arguments": []}}
+                    tc.get("index") or 0, {"id": None, "type": "function", "function": {"name": [], "arguments": []}}
                 )
                 if tc.get("id"):
                     slot["id"] = tc["id"]
@@ -142,6 +166,14 @@ class CallRecord:
                     slot["function"]["arguments"].append(fn["arguments"])
             if choice.get("finish_reason"):
                 self.finish_reason = choice["finish_reason"]
+        return None
+
+    def misaligned(self) -> str | None:
+        """Whether the response's ids and log-probs fail to pair one to one (each piece of a stream may agree
+        and the whole still not): such a call would train on log-probs of other tokens."""
+        if self.response_ids is None or self.logprobs is None or len(self.response_ids) == len(self.logprobs):
+            return None
+        return f"{MALFORMED}: {len(self.response_ids)} response token ids but {len(self.logprobs)} log-probs"
 
     def fallback_call(self, *, stream: bool, why: str) -> LLMCall:
         """A minimal record of a call whose full record could not be built: stored, flagged, never lost."""
@@ -183,10 +215,11 @@ class CallRecord:
             message = {"role": "assistant", "content": "".join(self.content) or None}
             if self.tool_calls:
                 message["tool_calls"] = [_joined(self.tool_calls[i]) for i in sorted(self.tool_calls)]
+        error = self.error or self.misaligned()
         reason = None
         if self.abandoned:
             reason = "abandoned: the agent hung up before the answer"
-        elif self.error is not None:
+        elif error is not None:
             reason = "the call failed"
         elif not self.prompt_ids or self.response_ids is None:
             reason = "the backend returned no token ids" if self.asked_token_ids else "token ids were not requested"
@@ -219,9 +252,9 @@ class CallRecord:
             logprobs=self.logprobs,
             finish_reason=self.finish_reason,
             stream=stream if self.client_stream is None else self.client_stream,
-            status="error" if self.error else "ok",
+            status="error" if error else "ok",
             http_status=self.http_status,
-            error=self.error,
+            error=error,
             started_at=self.started,
             latency_s=time.perf_counter() - self.t0,
             usage=usage,
@@ -241,6 +274,8 @@ _FIELD_TYPES: dict[str, tuple[tuple[type, ...], str]] = {
     "n": ((int,), "an integer"),
     "temperature": ((int, float), "a number"),
     "top_p": ((int, float), "a number"),
+    "presence_penalty": ((int, float), "a number"),
+    "frequency_penalty": ((int, float), "a number"),
     "max_tokens": ((int,), "an integer"),
     "max_completion_tokens": ((int,), "an integer"),
     "logprobs": ((bool,), "true or false"),
@@ -295,6 +330,126 @@ def request_problem(body: Any) -> str | None:
         value = body.get(key)
         if value is not None and not 1 <= value <= 2**31:
             return f"'{key}' must be a positive integer below 2**31, got {value}"
+    for key, (low, high) in _RANGES.items():  # OpenAI's ranges: past them a backend divides by or samples nonsense
+        value = body.get(key)
+        if value is not None and not low <= value <= high:
+            return f"'{key}' must be between {low:g} and {high:g}, got {value}"
+    return None
+
+
+_RANGES = {
+    "temperature": (0.0, 2.0),
+    "top_p": (0.0, 1.0),
+    "presence_penalty": (-2.0, 2.0),
+    "frequency_penalty": (-2.0, 2.0),
+}
+
+
+def _ints(value: Any) -> bool:
+    return isinstance(value, list) and all(type(v) is int for v in value)  # `type`: a bool is no token id
+
+
+def _number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def _optional(value: Any, types: type | tuple[type, ...]) -> bool:
+    return value is None or isinstance(value, types)
+
+
+def _message_problem(message: Any, where: str, *, streamed: bool) -> str | None:
+    """An assistant message (or a stream's delta) the record and the Responses translation can read."""
+    if not _optional(message, dict):
+        return f"{where} must be an object, got {json_type(message)}"
+    if not message:
+        return None
+    # a delta's pieces of text are joined into the stored message; a whole message may carry content parts
+    if not _optional(message.get("content"), str if streamed else (str, list)):
+        return f"{where}.content must be a string, got {json_type(message['content'])}"
+    if not _optional(message.get("tool_calls"), list):
+        return f"{where}.tool_calls must be a list, got {json_type(message['tool_calls'])}"
+    for i, call in enumerate(message.get("tool_calls") or []):
+        if not isinstance(call, dict):
+            return f"{where}.tool_calls[{i}] must be an object, got {json_type(call)}"
+        if not _optional(call.get("index"), int) or isinstance(call.get("index"), bool):
+            return f"{where}.tool_calls[{i}].index must be an integer, got {json_type(call['index'])}"
+        if not _optional(call.get("id"), str):
+            return f"{where}.tool_calls[{i}].id must be a string, got {json_type(call['id'])}"
+        fn = call.get("function")
+        if not _optional(fn, dict):
+            return f"{where}.tool_calls[{i}].function must be an object, got {json_type(fn)}"
+        for key in ("name", "arguments"):
+            if fn and not _optional(fn.get(key), str):
+                return f"{where}.tool_calls[{i}].function.{key} must be a string, got {json_type(fn[key])}"
+    return None
+
+
+def choice_problem(choice: Any, where: str, *, message_key: str) -> str | None:
+    """What makes one choice (of an answer, or of a streamed chunk) unusable: ids that are not integers,
+    log-probs that are not numbers, or as many of the one as of the other when both come."""
+    if not isinstance(choice, dict):
+        return f"{where} must be an object, got {json_type(choice)}"
+    for key in ("token_ids", "prompt_token_ids"):
+        if not _optional(choice.get(key), list) or not _ints(choice.get(key) or []):
+            return f"{where}.{key} must be a list of integers"
+    if not _optional(choice.get("finish_reason"), str):
+        return f"{where}.finish_reason must be a string, got {json_type(choice['finish_reason'])}"
+    logprobs = choice.get("logprobs")
+    if not _optional(logprobs, dict):
+        return f"{where}.logprobs must be an object, got {json_type(logprobs)}"
+    content = (logprobs or {}).get("content")
+    if not _optional(content, list):
+        return f"{where}.logprobs.content must be a list, got {json_type(content)}"
+    for i, entry in enumerate(content or []):
+        if not isinstance(entry, dict) or not _number(entry.get("logprob")):
+            return f"{where}.logprobs.content[{i}].logprob must be a number"
+    ids = choice.get("token_ids")
+    if ids is not None and content is not None and len(ids) != len(content):
+        return f"{where} has {len(ids)} token ids but {len(content)} log-probs"
+    return _message_problem(choice.get(message_key), f"{where}.{message_key}", streamed=message_key == "delta")
+
+
+def _body_problem(body: Any, *, what: str) -> str | None:
+    if not isinstance(body, dict):
+        return f"{what} must be a JSON object, got {json_type(body)}"
+    if not _optional(body.get("prompt_token_ids"), list) or not _ints(body.get("prompt_token_ids") or []):
+        return "prompt_token_ids must be a list of integers"
+    usage = body.get("usage")
+    if not _optional(usage, dict):
+        return f"usage must be an object, got {json_type(usage)}"
+    for key in ("prompt_tokens", "completion_tokens", "total_tokens"):
+        if usage and not (_optional(usage.get(key), int) and not isinstance(usage.get(key), bool)):
+            return f"usage.{key} must be an integer, got {json_type(usage[key])}"
+    return None
+
+
+def answer_problem(body: Any) -> str | None:
+    """What makes a complete (non-streamed) chat completion unusable, or None."""
+    problem = _body_problem(body, what="the answer")
+    if problem is not None:
+        return problem
+    choices = body.get("choices")
+    if not isinstance(choices, list):
+        return f"choices must be a list of objects, got {json_type(choices)}"
+    for i, choice in enumerate(choices):
+        problem = choice_problem(choice, f"choices[{i}]", message_key="message")
+        if problem is not None:
+            return problem
+    return None
+
+
+def chunk_problem(chunk: Any) -> str | None:
+    """What makes one streamed chunk unusable, or None (a chunk without choices, as the usage chunk, is fine)."""
+    problem = _body_problem(chunk, what="a streamed chunk")
+    if problem is not None:
+        return problem
+    choices = chunk.get("choices")
+    if not _optional(choices, list):
+        return f"a streamed chunk's choices must be a list of objects, got {json_type(choices)}"
+    for i, choice in enumerate(choices or []):
+        problem = choice_problem(choice, f"a streamed chunk's choices[{i}]", message_key="delta")
+        if problem is not None:
+            return problem
     return None
 
 
@@ -314,3 +469,76 @@ def _joined(slot: dict[str, Any]) -> dict[str, Any]:
     """A streamed tool call as one message part: its name and arguments, received in pieces, joined."""
     fn = slot["function"]
     return {**slot, "function": {"name": "".join(fn["name"]), "arguments": "".join(fn["arguments"])}}
+
+
+# A request body (or an upstream's answer) this large is parsed and checked on a worker thread: walking a 12 MB
+# body took the event loop 11 s, and every other request waited; a smaller one stays inline, where parsing costs
+# less than the hop to a thread.
+OFF_LOOP_BYTES = 256 * 1024
+
+T = TypeVar("T")
+
+
+async def off_loop_if_large(parse: Callable[[bytes], T], raw: bytes) -> T:
+    """`parse(raw)`, on a worker thread when `raw` is large enough to stall the event loop (OFF_LOOP_BYTES)."""
+    if len(raw) > OFF_LOOP_BYTES:
+        return await asyncio.to_thread(parse, raw)
+    return parse(raw)
+
+
+def parse_chat(raw: bytes) -> dict[str, Any] | str:
+    """A chat-completions request body, parsed and checked: the body, or why it is refused (a 400)."""
+    try:
+        body = orjson.loads(raw)
+    except orjson.JSONDecodeError as exc:
+        return f"request body is not valid JSON: {exc}"
+    problem = request_problem(body)
+    return problem if problem is not None else body
+
+
+def parse_responses(raw: bytes) -> tuple[dict[str, Any], dict[str, Any]] | str:
+    """A Responses API request body, parsed, checked and translated: (the body, its chat request), or why it is
+    refused (a 400)."""
+    try:
+        body = orjson.loads(raw)
+    except orjson.JSONDecodeError as exc:
+        return f"request body is not valid JSON: {exc}"
+    if not isinstance(body, dict):
+        return "the request body must be a JSON object"
+    if too_deep(body):  # before translation: the answer echoes parts of the request
+        return f"request body nests lists and objects more than {MAX_JSON_DEPTH} levels deep"
+    try:
+        chat = responses_api.to_chat(body)
+    except responses_api.ResponsesRequestError as exc:
+        return str(exc)
+    problem = request_problem(chat)
+    return problem if problem is not None else (body, chat)
+
+
+def json_or_none(content: bytes) -> Any:
+    try:
+        return orjson.loads(content)
+    except orjson.JSONDecodeError:
+        return None
+
+
+def without_logprobs(body: dict[str, Any]) -> dict[str, Any]:
+    """The answer as an agent that asked for no log-probs would get it (the backend was asked for them)."""
+    for choice in body.get("choices") or []:
+        if isinstance(choice, dict) and "logprobs" in choice:
+            choice["logprobs"] = None
+    return body
+
+
+def event_without_logprobs(event: bytes) -> bytes:
+    lines = []
+    for line in event.split(b"\n"):
+        if line.startswith(b"data:") and line[5:].strip() != b"[DONE]":
+            try:
+                chunk = orjson.loads(line[5:].strip())
+            except orjson.JSONDecodeError:
+                chunk = None
+            if isinstance(chunk, dict):
+                line = b"data: " + orjson.dumps(without_logprobs(chunk))
+        lines.append(line)
+    return b"\n".join(lines)

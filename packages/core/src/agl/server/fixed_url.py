@@ -28,7 +28,14 @@ NO_ROLLOUT = (
 )
 
 
+REFUSAL = "agl.fixed_url_refusal"  # the scope key carrying why a fixed-URL call cannot be taken
+
+
 class FixedUrlMiddleware:
+    """Outermost: a call at the fixed URL with its rollout's headers becomes the per-rollout call. One without
+    them is only marked: `FixedUrlRefusal`, inside the guards, answers it, so a caller without the token learns
+    nothing from the refusal (it gets the token guard's 401 first)."""
+
     def __init__(self, app: Any) -> None:
         self.app = app
 
@@ -43,13 +50,29 @@ class FixedUrlMiddleware:
             elif key == _ATTEMPT:
                 attempt = value.decode("latin-1")
         if rollout is None or attempt is None:
-            await _answer(send, 409, NO_ROLLOUT, "no_rollout")
+            await self.app({**scope, REFUSAL: (409, NO_ROLLOUT, "no_rollout")}, receive, send)
             return
         if not (_ID.match(rollout) and _ID.match(attempt)):
-            await _answer(send, 400, "x-agl-rollout-id / x-agl-attempt-id are not agl ids", "invalid_request_error")
+            bad = (400, "x-agl-rollout-id / x-agl-attempt-id are not agl ids", "invalid_request_error")
+            await self.app({**scope, REFUSAL: bad}, receive, send)
             return
         path = f"/rollout/{rollout}/attempt/{attempt}{scope['path']}"
         await self.app({**scope, "path": path, "raw_path": path.encode()}, receive, send)
+
+
+class FixedUrlRefusal:
+    """Answers the fixed-URL calls `FixedUrlMiddleware` could not take, once the guards have let them through."""
+
+    def __init__(self, app: Any) -> None:
+        self.app = app
+
+    async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
+        refusal = scope.get(REFUSAL)
+        if refusal is None:
+            await self.app(scope, receive, send)
+            return
+        status, message, type_ = refusal
+        await _answer(send, status, message, type_)
 
 
 async def _answer(send: Any, status: int, message: str, type_: str) -> None:

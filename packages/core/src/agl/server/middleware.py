@@ -8,11 +8,13 @@ from __future__ import annotations
 
 import hashlib
 import hmac
+from collections.abc import Callable
 from typing import Any
 from urllib.parse import parse_qs, urlencode
 
 from agl.protocol import error_bytes
 from agl.server.credentials import PREFIX, attempt_may, attempt_of
+from agl.server.span_caps import TooManySpans, check_json_containers
 
 Scope = dict[str, Any]
 ASGIApp = Any
@@ -180,6 +182,53 @@ class BodySizeLimitMiddleware:
                 await _reject(send, 413, message_413, "invalid_request_error")
 
 
+class SpanBodyGuard:
+    """Counts the spans of a `POST /api/v1/spans` body, and the objects and lists it opens, before FastAPI decodes
+    it: 30 MB of spans took 988 MB to decode before the route could count them (issue #41, N4). A body past the
+    span cap (`--max-spans-per-request`) or opening far more structures than its spans could is refused with 413,
+    undecoded; any other is handed on as it came."""
+
+    def __init__(self, app: ASGIApp, path: str, max_spans: int) -> None:
+        self.app = app
+        self.path = path
+        self.max_spans = max_spans
+
+    async def __call__(self, scope: Scope, receive: Any, send: Any) -> None:
+        if scope["type"] != "http" or scope["method"] != "POST" or scope["path"] != self.path:
+            await self.app(scope, receive, send)
+            return
+        chunks: list[bytes] = []
+        while True:
+            message = await receive()
+            if message["type"] != "http.request":
+                return  # the client left before its body came
+            chunks.append(message.get("body", b""))
+            if not message.get("more_body", False):
+                break
+        body = b"".join(chunks)
+        named = body.count(b'"span_id"')  # every span names its span_id
+        try:
+            if named > self.max_spans:
+                raise TooManySpans(
+                    f"this request holds {named} spans, over the limit of {self.max_spans} per request: send them"
+                    " in smaller batches (agl serve --max-spans-per-request)"
+                )
+            check_json_containers(body, named, what="this spans body")
+        except TooManySpans as exc:
+            await _reject(send, 413, str(exc), "invalid_request_error")
+            return
+        replayed = False
+
+        async def replay() -> Any:
+            nonlocal replayed
+            if not replayed:
+                replayed = True
+                return {"type": "http.request", "body": body, "more_body": False}
+            return await receive()
+
+        await self.app(scope, replay, send)
+
+
 # Media types a route accepts in a request body: JSON everywhere, protobuf or JSON for OTLP.
 _JSON = (b"application/json",)
 _OTLP = (b"application/json", b"application/x-protobuf")
@@ -198,9 +247,12 @@ class BrowserGuardMiddleware:
       request whose Origin is another site is refused outright.
     """
 
-    def __init__(self, app: ASGIApp, allowed_hosts: frozenset[str] | None) -> None:
+    def __init__(
+        self, app: ASGIApp, allowed_hosts: frozenset[str] | None, takes_post: Callable[[Scope], bool] | None = None
+    ) -> None:
         self.app = app
         self.allowed_hosts = allowed_hosts  # lower-case names without port; None: any
+        self.takes_post = takes_post  # whether a route takes POST at this path; None: every path does
 
     def _host_allowed(self, value: bytes) -> bool:
         if self.allowed_hosts is None:
@@ -238,7 +290,9 @@ class BrowserGuardMiddleware:
             if not self._host_allowed(origin_host):
                 await _reject(send, 403, "cross-site requests are refused (Origin of another site)", "permission_error")
                 return
-        if scope["method"] in ("POST", "PUT", "PATCH", "DELETE"):
+        # POST to a route that takes it: the one method here that takes a body (any other request is answered 405
+        # or 404 unread), and the only one besides GET a page may send cross-site without a preflight
+        if scope["method"] == "POST" and (self.takes_post is None or self.takes_post(scope)):
             otlp = scope["path"] == "/v1/traces"
             accepted = _OTLP if otlp else _JSON
             media = (content_type or b"").split(b";", 1)[0].strip().lower()

@@ -34,6 +34,7 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
 
 from agl.common import attributes as attr
 from agl.schema import INT64_MIN, MAX_TIMESTAMP, SpanIn, SpanStatus
+from agl.server.span_caps import check_json_containers, count_protobuf_spans, too_many
 
 PROTOBUF = "application/x-protobuf"
 JSON = "application/json"
@@ -69,28 +70,21 @@ class _Invalid(Exception):
 DEFAULT_MAX_SPANS = 10_000  # per request; OpenTelemetry's batch processor exports 512 at a time
 
 
-class TooManySpans(ValueError):
-    """An export request with more spans than the server takes in one request (HTTP 413)."""
-
-
 def parse_otlp_traces(body: bytes, content_type: str, max_spans: int = DEFAULT_MAX_SPANS) -> list[SpanIn]:
     """The spans of one OTLP/HTTP export request (`body` already decompressed). Raises `ValueError`, and
     `TooManySpans` past `max_spans`: counted before any span is built, since building 300,000 of them took 900 MB."""
     if content_type == PROTOBUF:
+        # counted on the wire before decoding: decoding 10M empty spans (20 MB) took 1.9 GB (issue #41, N4)
+        count_protobuf_spans(body, max_spans)
         return _parse_protobuf(body, max_spans)
     if content_type == JSON:
         # every JSON span names its spanId: more names than the limit, and the body is refused undecoded
-        if body.count(b'"spanId"') > max_spans:
-            raise _too_many(body.count(b'"spanId"'), max_spans)
+        named = body.count(b'"spanId"')
+        if named > max_spans:
+            raise too_many(named, max_spans)
+        check_json_containers(body, named, what="this OTLP JSON body")
         return _parse_json(body, max_spans)
     raise ValueError(f"unsupported OTLP content type {content_type!r}: use {PROTOBUF} or {JSON}")
-
-
-def _too_many(count: int, limit: int) -> TooManySpans:
-    return TooManySpans(
-        f"this export request holds {count} spans, over the limit of {limit} per request: export in smaller"
-        " batches (agl serve --max-spans-per-request)"
-    )
 
 
 def otlp_success_response(content_type: str) -> tuple[bytes, str]:
@@ -237,7 +231,7 @@ def _parse_protobuf(body: bytes, max_spans: int) -> list[SpanIn]:
         raise ValueError(f"OTLP protobuf body could not be parsed: {exc}") from None
     count = sum(len(ss.spans) for rs in request.resource_spans for ss in rs.scope_spans)
     if count > max_spans:
-        raise _too_many(count, max_spans)
+        raise too_many(count, max_spans)
     out: list[SpanIn] = []
     for ri, rs in enumerate(request.resource_spans):
         try:
@@ -513,7 +507,7 @@ def _parse_json(body: bytes, max_spans: int) -> list[SpanIn]:
                 for ki, sp in enumerate(_j_list(ss.get("spans"), "spans")):  # noqa: B007
                     out.append(_j_span(sp, origin))
                     if len(out) > max_spans:  # the pre-count missed some (escaped key names)
-                        raise _too_many(len(out), max_spans)
+                        raise too_many(len(out), max_spans)
     except _Invalid as exc:
         if ri < 0:
             at = "resourceSpans"

@@ -28,7 +28,17 @@ from agl.common import attributes as attr
 from agl.schema import ModelVersion
 from agl.server import responses as responses_api
 from agl.server.call_gate import CallGate, CallMeter
-from agl.server.call_record import MAX_JSON_DEPTH, CallRecord, request_problem, too_deep
+from agl.server.call_record import (
+    MALFORMED,
+    OFF_LOOP_BYTES,
+    CallRecord,
+    event_without_logprobs,
+    json_or_none,
+    off_loop_if_large,
+    parse_chat,
+    parse_responses,
+    without_logprobs,
+)
 from agl.store import Store
 
 log = logging.getLogger(__name__)
@@ -36,7 +46,14 @@ log = logging.getLogger(__name__)
 TOKEN_ID_PARAM = "return_token_ids"
 MODE_HEADER = protocol.HEADER_ROLLOUT_MODE
 UPSTREAM_ERRORS = (aiohttp.ClientError, asyncio.TimeoutError, OSError)
+BAD_ANSWER = "upstream_bad_answer"
+RELAY_PIECE = 32 * 1024  # bytes of a stream parsed per step of the event loop (about 2 ms of work)
 ABANDONED_STREAM = "the agent hung up before the whole streamed answer reached it"
+MiB = 1024 * 1024
+
+
+class BadAnswer(Exception):
+    """The upstream's answer cannot be used (too large, a redirect, malformed): a 502 to the agent, stored."""
 
 
 @dataclass
@@ -54,6 +71,13 @@ class UpstreamConfig:
     # every call of an evaluation rollout is sent with this temperature, whatever the agent asked for, so that
     # evaluations against any backend decode alike (agl's own engine does the same from the mode header)
     eval_temperature: float | None = None
+    # the most bytes of one non-streamed answer read: a vLLM answer of 32k tokens with 20 top log-probs each is
+    # about 45 MB of JSON, and past the cap one runaway answer (read whole, then parsed) would cost gigabytes
+    max_answer_bytes: int = 64 * MiB
+    # the most bytes of one SSE event of a stream not yet ended by its blank line: an event carries a few tokens,
+    # the first also the prompt's ids (a million-token prompt is ~8 MB); a stream without separators would
+    # otherwise be buffered whole
+    max_event_bytes: int = 16 * MiB
 
 
 def openai_error(status: int, message: str, type_: str, code: str | None = None) -> Response:
@@ -116,11 +140,15 @@ class LLMProxy:
             url = f"{self.upstream.base_url.rstrip('/')}/models"
             headers = {"authorization": f"Bearer {self.upstream.api_key}"} if self.upstream.api_key else {}
             try:
-                async with self._client().get(url, headers=headers, timeout=aiohttp.ClientTimeout(total=5)) as resp:
-                    listed = (await resp.json()).get("data") if resp.status == 200 else None
+                timeout = aiohttp.ClientTimeout(total=5)
+                async with self._client().get(url, headers=headers, timeout=timeout, allow_redirects=False) as resp:
+                    listed = None
+                    if resp.status == 200:
+                        answer = orjson.loads(await read_capped(resp, self.upstream.max_answer_bytes))
+                        listed = answer.get("data") if isinstance(answer, dict) else None
                 if isinstance(listed, list):
                     self.upstream_models = [str(m["id"]) for m in listed if isinstance(m, dict) and "id" in m]
-            except (*UPSTREAM_ERRORS, ValueError) as exc:
+            except (*UPSTREAM_ERRORS, ValueError, BadAnswer) as exc:
                 log.info("the upstream's model list is not known yet (%s): model names pass through", exc)
         return self.upstream_models
 
@@ -182,6 +210,11 @@ class LLMProxy:
 
     def _store(self, rec: CallRecord, *, stream: bool) -> Future[None] | None:
         self.meter.leave(rec, len(rec.response_ids or []))  # every forwarded call ends here, once, whatever happened
+        return self._submit(rec, stream)
+
+    def _submit(self, rec: CallRecord, stream: bool) -> Future[None] | None:
+        """Build the call's record and queue it for the store (in the caller's thread: validating and encoding a
+        large request is work the event loop should not do)."""
         try:
             call = rec.to_call(stream=stream)
         except Exception as exc:
@@ -197,7 +230,11 @@ class LLMProxy:
     async def _stored(self, rec: CallRecord, *, stream: bool) -> None:
         """Store the call and wait for the commit: an answer the agent received is a call that survives a crash
         of the server (the writer commits in groups, so the wait is short)."""
-        future = self._store(rec, stream=stream)
+        if rec.heavy:
+            self.meter.leave(rec, len(rec.response_ids or []))
+            future = await asyncio.to_thread(self._submit, rec, stream)
+        else:
+            future = self._store(rec, stream=stream)
         if future is not None:
             try:
                 await asyncio.wrap_future(future)
@@ -205,32 +242,27 @@ class LLMProxy:
                 log.exception("could not store LLM call %s/%s", rec.attempt_id, rec.seq)
 
     async def chat_completions(self, request: Request, rollout_id: str, attempt_id: str) -> Response:
-        try:
-            body = orjson.loads(await request.body())
-        except orjson.JSONDecodeError as exc:
-            return openai_error(400, f"request body is not valid JSON: {exc}", "invalid_request_error")
-        return await self.answer_chat(body, request, rollout_id, attempt_id)
+        raw = await request.body()
+        parsed = await off_loop_if_large(parse_chat, raw)
+        if isinstance(parsed, str):
+            return openai_error(400, parsed, "invalid_request_error")
+        return await self.answer_chat(parsed, request, rollout_id, attempt_id, heavy=len(raw) > OFF_LOOP_BYTES)
 
     async def responses(self, request: Request, rollout_id: str, attempt_id: str) -> Response:
         """The Responses API, through the chat path (agl.server.responses says why)."""
-        try:
-            body = orjson.loads(await request.body())
-        except orjson.JSONDecodeError as exc:
-            return openai_error(400, f"request body is not valid JSON: {exc}", "invalid_request_error")
-        if not isinstance(body, dict):
-            return openai_error(400, "the request body must be a JSON object", "invalid_request_error")
-        if too_deep(body):  # before translation: the answer echoes parts of the request
-            return openai_error(
-                400,
-                f"request body nests lists and objects more than {MAX_JSON_DEPTH} levels deep",
-                "invalid_request_error",
-            )
-        try:
-            chat = responses_api.to_chat(body)
-        except responses_api.ResponsesRequestError as exc:
-            return openai_error(400, str(exc), "invalid_request_error")
+        raw = await request.body()
+        parsed = await off_loop_if_large(parse_responses, raw)
+        if isinstance(parsed, str):
+            return openai_error(400, parsed, "invalid_request_error")
+        body, chat = parsed
         answer = await self.answer_chat(
-            chat, request, rollout_id, attempt_id, route="responses", client_stream=bool(body.get("stream"))
+            chat,
+            request,
+            rollout_id,
+            attempt_id,
+            route="responses",
+            client_stream=bool(body.get("stream")),
+            heavy=len(raw) > OFF_LOOP_BYTES,
         )
         if answer.status_code != 200:
             return answer  # an error in the OpenAI envelope, which the Responses API uses too
@@ -244,19 +276,18 @@ class LLMProxy:
 
     async def answer_chat(
         self,
-        body: Any,
+        body: dict[str, Any],
         request: Request,
         rollout_id: str,
         attempt_id: str,
         *,
         route: str = "chat",
         client_stream: bool | None = None,
+        heavy: bool = False,
     ) -> Response:
-        """Check, forward and record one chat-completions request of an attempt (`route`: the API the agent
-        called; `client_stream`: whether it asked for a stream, when the backend is asked otherwise)."""
-        problem = request_problem(body)
-        if problem is not None:
-            return openai_error(400, problem, "invalid_request_error")
+        """Forward and record one chat-completions request of an attempt, its body already checked by
+        `request_problem` (`route`: the API the agent called; `client_stream`: whether it asked for a stream, when
+        the backend is asked otherwise; `heavy`: a large request, whose record is built off the event loop)."""
         owner = self.store.attempt_rollout(attempt_id)
         if owner is None or owner[0] != rollout_id:
             return openai_error(
@@ -289,6 +320,7 @@ class LLMProxy:
         self.meter.enter(rec)
         rec.mode = owner[1]
         rec.route, rec.client_stream = route, client_stream
+        rec.heavy = heavy
         seq_header = {attr.HEADER_LLM_SEQ: str(rec.seq)}
         try:
             if body.get("stream"):
@@ -303,9 +335,21 @@ class LLMProxy:
         url = f"{self.upstream.base_url.rstrip('/')}/chat/completions"  # type: ignore[union-attr]
         for _ in range(2):
             payload = self._upstream_payload(rec.request, rec)
-            resp = await self._client().post(url, data=orjson.dumps(payload), headers=self._headers(rec))
+            # no redirects: the answer must come from the backend agl was pointed at (a redirect could send the
+            # agent's conversation elsewhere); a 3xx is an unusable answer
+            resp = await self._client().post(
+                url, data=orjson.dumps(payload), headers=self._headers(rec), allow_redirects=False
+            )
+            if 300 <= resp.status < 400:
+                resp.close()
+                where = resp.headers.get("location")
+                raise BadAnswer(f"HTTP {resp.status}, a redirect{f' to {where}' if where else ''}: agl follows none")
             if resp.status == 400 and rec.asked_token_ids:
-                content = await resp.read()
+                try:
+                    content = await read_capped(resp, self.upstream.max_answer_bytes)
+                except BaseException:
+                    resp.close()
+                    raise
                 if self._rejected_token_ids(resp.status, content):
                     log.warning("upstream rejects %s: calls will be stored as not trainable", TOKEN_ID_PARAM)
                     self._token_ids_rejected = True
@@ -324,12 +368,24 @@ class LLMProxy:
         resp.headers.update(seq_header)
         return resp
 
-    async def _fetch(self, rec: CallRecord) -> tuple[int, bytes]:
+    def _bad_answer(self, rec: CallRecord, problem: str, seq_header: dict[str, str], stream: bool) -> Response:
+        rec.http_status = 502
+        rec.error = f"the LLM backend's answer is unusable: {problem}"
+        self._store(rec, stream=stream)
+        resp = openai_error(
+            502, f"agl proxy got an unusable answer from the LLM backend: {problem}", "upstream_error", BAD_ANSWER
+        )
+        resp.headers.update(seq_header)
+        return resp
+
+    async def _fetch(self, rec: CallRecord) -> tuple[int, bytes, Any]:
+        """The upstream's status, answer and the answer parsed (None: not JSON), a large one parsed off the loop."""
         resp = await self._post(rec)
         try:
-            return resp.status, await resp.read()
+            content = await read_capped(resp, self.upstream.max_answer_bytes)
         finally:
             resp.release()
+        return resp.status, content, await off_loop_if_large(json_or_none, content)
 
     async def _complete(self, rec: CallRecord, seq_header: dict[str, str], request: Request) -> Response:
         # The agent may give up while the backend works (a client timeout): its call must not be stored as
@@ -347,14 +403,12 @@ class LLMProxy:
             return Response(status_code=499)  # nobody is listening
         hangup.cancel()
         try:
-            status, content = fetch.result()
+            status, content, parsed = fetch.result()
+        except BadAnswer as exc:
+            return self._bad_answer(rec, str(exc), seq_header, stream=False)
         except UPSTREAM_ERRORS as exc:
             return self._upstream_failed(rec, exc, seq_header, stream=False)
         rec.http_status = status
-        try:
-            parsed = orjson.loads(content)
-        except orjson.JSONDecodeError:
-            parsed = None
         if status >= 400 or not isinstance(parsed, dict):
             rec.error = _error_message(parsed, content, status)
             self._store(rec, stream=False)
@@ -362,10 +416,12 @@ class LLMProxy:
                 return Response(content, status_code=status, media_type="application/json", headers=seq_header)
             answered = status if status >= 400 else 502
             return openai_error(answered, f"LLM backend answered {status}: {rec.error}", "upstream_error")
-        rec.take_choice(parsed)
+        problem = rec.take_choice(parsed) or rec.misaligned()
+        if problem is not None:
+            return self._bad_answer(rec, problem.removeprefix(f"{MALFORMED}: "), seq_header, stream=False)
         await self._stored(rec, stream=False)
         if rec.strip_logprobs:
-            content = orjson.dumps(_without_logprobs(parsed))
+            content = orjson.dumps(without_logprobs(parsed))
         return Response(content, status_code=status, media_type="application/json", headers=seq_header)
 
     async def _stream(self, rec: CallRecord, seq_header: dict[str, str]) -> Response:
@@ -373,9 +429,11 @@ class LLMProxy:
             resp = await self._post(rec)
             if resp.status >= 400:
                 try:
-                    content = await resp.read()
+                    content = await read_capped(resp, self.upstream.max_answer_bytes)
                 finally:
                     resp.release()
+        except BadAnswer as exc:
+            return self._bad_answer(rec, str(exc), seq_header, stream=True)
         except UPSTREAM_ERRORS as exc:
             return self._upstream_failed(rec, exc, seq_header, stream=True)
         rec.http_status = resp.status
@@ -400,9 +458,11 @@ class LLMProxy:
         searched for the end of an event once (a search resumes where the last stopped, one byte back for a
         `\\n\\n` split across chunks), and the complete events leave it in one cut per chunk."""
         pending = bytearray()
-        stored = False
+        stored = cut = False
         try:
-            async for chunk in resp.content.iter_any():
+            # in pieces, with the loop let go between them: one read of all aiohttp had buffered was up to 768 KB of
+            # events parsed in one step, and every other request waited 50-250 ms behind it
+            async for chunk in resp.content.iter_chunked(RELAY_PIECE):
                 searched = max(len(pending) - 1, 0)
                 pending += chunk
                 done = False
@@ -413,9 +473,19 @@ class LLMProxy:
                     taken = end + 2
                     done = self._take_event(event, rec) or done
                     if rec.strip_logprobs:
-                        rewritten.append(_event_without_logprobs(event) + b"\n\n")
+                        rewritten.append(event_without_logprobs(event) + b"\n\n")
                 if taken:
                     del pending[:taken]
+                if len(pending) > self.upstream.max_event_bytes:
+                    # the agent has its 200 and maybe part of this event: all agl can do is end the stream
+                    cut = True
+                    if not stored:
+                        rec.error = (
+                            f"{MALFORMED}: an SSE event past {self.upstream.max_event_bytes} bytes without the blank "
+                            "line that ends it: the stream was cut"
+                        )
+                    resp.close()
+                    break
                 if done and not stored:
                     stored = True
                     await self._stored(rec, stream=True)  # committed before the agent sees [DONE]
@@ -423,7 +493,8 @@ class LLMProxy:
                     yield chunk  # byte for byte
                 elif rewritten:
                     yield b"".join(rewritten)  # whole events only; a partial one waits in the buffer
-            if rec.strip_logprobs and pending:
+                await asyncio.sleep(0)
+            if rec.strip_logprobs and pending and not cut:
                 yield bytes(pending)
         except BaseException as exc:
             if rec.abandoned:
@@ -457,11 +528,13 @@ class LLMProxy:
             try:
                 chunk = orjson.loads(data)
             except orjson.JSONDecodeError:
+                if rec.error is None:
+                    rec.error = f"{MALFORMED}: a streamed event's data is not JSON: {data[:200]!r}"
                 continue
-            if isinstance(chunk, dict):
-                if "error" in chunk:
-                    rec.error = _error_message(chunk, data, 200)
-                rec.take_chunk(chunk)
+            if isinstance(chunk, dict) and "error" in chunk:
+                rec.error = _error_message(chunk, data, 200)
+            else:
+                rec.take_chunk(chunk)  # a malformed chunk is noted on the record, not taken
         return done
 
 
@@ -502,26 +575,16 @@ async def hung_up(request: Request) -> None:
         pass
 
 
-def _without_logprobs(body: dict[str, Any]) -> dict[str, Any]:
-    """The answer as an agent that asked for no log-probs would get it (the backend was asked for them)."""
-    for choice in body.get("choices") or []:
-        if isinstance(choice, dict) and "logprobs" in choice:
-            choice["logprobs"] = None
-    return body
-
-
-def _event_without_logprobs(event: bytes) -> bytes:
-    lines = []
-    for line in event.split(b"\n"):
-        if line.startswith(b"data:") and line[5:].strip() != b"[DONE]":
-            try:
-                chunk = orjson.loads(line[5:].strip())
-            except orjson.JSONDecodeError:
-                chunk = None
-            if isinstance(chunk, dict):
-                line = b"data: " + orjson.dumps(_without_logprobs(chunk))
-        lines.append(line)
-    return b"\n".join(lines)
+async def read_capped(resp: aiohttp.ClientResponse, cap: int) -> bytes:
+    """The answer's body, read as it comes; BadAnswer past `cap` bytes (a runaway answer is never held whole)."""
+    if resp.content_length is not None and resp.content_length > cap:
+        raise BadAnswer(f"the answer is {resp.content_length} bytes, more than the {cap} agl reads")
+    body = bytearray()
+    async for chunk in resp.content.iter_any():
+        body += chunk
+        if len(body) > cap:
+            raise BadAnswer(f"the answer is more than the {cap} bytes agl reads")
+    return bytes(body)
 
 
 def _error_message(parsed: Any, content: bytes, status: int) -> str:

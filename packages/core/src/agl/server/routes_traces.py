@@ -13,8 +13,9 @@ from starlette.responses import Response
 from agl.schema import RewardIn, RewardSource, SpanBatch, SpanIn
 from agl.server.errors import error_response
 from agl.server.middleware import Inflated, inflate
-from agl.server.otlp import TooManySpans, otlp_success_response, parse_otlp_traces
+from agl.server.otlp import otlp_success_response, parse_otlp_traces
 from agl.server.routes_server import API
+from agl.server.span_caps import TooManySpans
 from agl.store import NotFoundError
 
 if TYPE_CHECKING:

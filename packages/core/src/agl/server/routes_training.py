@@ -3,14 +3,17 @@ of its upstream and the hold on new calls around an update, and the export of th
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 from typing import TYPE_CHECKING, Any
 
 import orjson
-from fastapi import FastAPI, Query
-from starlette.responses import StreamingResponse
+from fastapi import FastAPI, Query, Request
+from starlette.responses import Response, StreamingResponse
 
 from agl.schema import INT64_MAX, ModelVersion, ModelVersionIn
 from agl.server.errors import error_response
+from agl.server.proxy import hung_up
 from agl.server.routes_server import API
 
 if TYPE_CHECKING:
@@ -45,14 +48,32 @@ def add_routes(app: FastAPI, server: Server) -> None:
 
     @app.post(f"{API}/proxy/hold", tags=["models"])
     async def hold_calls(
+        request: Request,
         drain_timeout_s: float = Query(default=600.0, gt=0, le=86_400),
         max_hold_s: float = Query(default=3600.0, gt=0, le=86_400),
     ) -> Any:
         """Hold new LLM calls and return once none is in flight (agl.server.call_gate): the trainer then
         changes weights in place and publishes between calls. Released by `/proxy/release`, or after
-        `max_hold_s`. 409 when calls are still in flight after `drain_timeout_s` (the gate is open again)."""
+        `max_hold_s` (holding again while held renews it). 409 when calls are still in flight after
+        `drain_timeout_s` or the server's `--hold-drain-timeout`, whichever is shorter (the gate is open again);
+        a caller that hangs up while the calls drain releases the hold."""
+        hold = asyncio.ensure_future(
+            proxy.gate.hold(
+                drain_timeout_s=drain_timeout_s, max_hold_s=max_hold_s, max_drain_s=server.settings.hold_drain_max_s
+            )
+        )
+        gone = asyncio.ensure_future(hung_up(request))
         try:
-            return await proxy.gate.hold(drain_timeout_s=drain_timeout_s, max_hold_s=max_hold_s)
+            await asyncio.wait((hold, gone), return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            gone.cancel()
+        if not hold.done():
+            hold.cancel()  # the gate opens again: nobody is there to release it
+            with contextlib.suppress(BaseException):
+                await hold
+            return Response(status_code=499)
+        try:
+            return hold.result()
         except TimeoutError as exc:
             return error_response(409, str(exc), "conflict")
 
