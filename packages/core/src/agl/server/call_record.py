@@ -486,8 +486,29 @@ async def off_loop_if_large(parse: Callable[[bytes], T], raw: bytes) -> T:
     return parse(raw)
 
 
+# a large body may open one JSON object or list per this many bytes: real requests (text, tool schemas) open one
+# every 20 bytes or more, while 12 MB of empty lists, one every 3, held the interpreter lock in the JSON parser for
+# seconds (a parser thread does not help there), stalling every other request
+BYTES_PER_STRUCTURE = 8
+
+
+def structure_problem(raw: bytes) -> str | None:
+    """Why a large body is refused before it is parsed: far more objects and lists than any request holds."""
+    if len(raw) <= OFF_LOOP_BYTES:
+        return None
+    opened = raw.count(b"{") + raw.count(b"[")
+    if opened > len(raw) // BYTES_PER_STRUCTURE:
+        return (
+            f"request body opens {opened} JSON objects and lists in {len(raw)} bytes (at most one per"
+            f" {BYTES_PER_STRUCTURE} bytes in a body over {OFF_LOOP_BYTES // 1024} KiB)"
+        )
+    return None
+
+
 def parse_chat(raw: bytes) -> dict[str, Any] | str:
     """A chat-completions request body, parsed and checked: the body, or why it is refused (a 400)."""
+    if (dense := structure_problem(raw)) is not None:
+        return dense
     try:
         body = orjson.loads(raw)
     except orjson.JSONDecodeError as exc:
@@ -499,6 +520,8 @@ def parse_chat(raw: bytes) -> dict[str, Any] | str:
 def parse_responses(raw: bytes) -> tuple[dict[str, Any], dict[str, Any]] | str:
     """A Responses API request body, parsed, checked and translated: (the body, its chat request), or why it is
     refused (a 400)."""
+    if (dense := structure_problem(raw)) is not None:
+        return dense
     try:
         body = orjson.loads(raw)
     except orjson.JSONDecodeError as exc:
