@@ -9,6 +9,7 @@ process serves them to a real agl server over HTTP.
 
 from __future__ import annotations
 
+import json
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -230,6 +231,9 @@ def test_a_stream_event_past_the_cap_cuts_the_stream(hostile_server: str) -> Non
     resp = ask(base, "stream-no-separator", stream=True)
     assert resp.status_code == 200
     assert len(resp.content) < 4 * CAP  # cut soon after the cap, not relayed (and buffered) whole: 8 MB were sent
+    # and the agent can tell: the stream ends with an error event (which OpenAI's SDKs raise), not [DONE]
+    last = resp.text.rstrip("\n").rsplit("\n\n", 1)[-1]
+    assert last.startswith("data: ") and json.loads(last[6:])["error"]["code"] == "upstream_bad_answer", last[:300]
     call = stored(hostile_server, rid)
     assert (call.trainable, call.status) == (False, "error")
     assert "SSE event" in (call.error or "")

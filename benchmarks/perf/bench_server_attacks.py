@@ -1,8 +1,8 @@
-"""`agl serve` under the attacks of issue #27: what each costs in memory and in health latency, before and after.
+"""`agl serve` under the attacks of issues #27 and #41: what each costs in memory and health latency, before and after.
 
 Each attack runs against a fresh `agl serve` (so each peak RSS is its own), while a thread polls the server's
-`GET /api/v1/info` every 50 ms (present in every version, so old and new code are measured alike) and records
-the slowest answer and the failures:
+`GET /api/v1/info` every 50 ms, on a new connection each time (present in every version, so old and new code
+are measured alike), and records the slowest answer and the failures:
 
 - header: one request with a 256 MB header, then four with 48 MB headers at once;
 - slowloris: 1,100 connections that stop in the middle of their headers, against a server whose open-file
@@ -12,6 +12,28 @@ the slowest answer and the failures:
 - long stream (issue #41, N11): one streamed answer of 16k, 32k and 64k tokens (one SSE event each, with ids and
   log-probs, as vLLM sends them), read whole: the server's CPU seconds for it, which grew with the square of the
   length while every other request waited on the event loop.
+
+And the attacks of issue #41 (the probe also gives its 99th percentile; failures are counted by kind):
+
+- slow body: 384 connections that send their headers (a POST of 1,000 bytes) and then one byte of body every
+  2 s, against a server capped at 256 connections (`--max-connections`, an option of every version), for 75 s:
+  the health probe's failures, and which connections the server cut, when, and with what answer;
+- trailers: one chunked POST whose trailer field is 64 MB, then (another server) 128 MB, sent in 64 KiB writes
+  until the server closes: the answer, the server's CPU seconds and its peak RSS;
+- spans: 10,000,000 empty spans in a 20 MB OTLP protobuf, in a 30 MB OTLP JSON, and in a 30 MB
+  `POST /api/v1/spans`: what a small body becomes once decoded;
+- proxy body: a 12 MB and a 30 MB chat completion of 444,000 and 1,111,000 one-letter content parts through the
+  proxy (`--max-body-mb` is 32), answered with one token: the health latency while the proxy parses it;
+- stalled hold: 20 streamed answers of 64k tokens whose clients never read (a 4 KiB receive buffer), then a
+  trainer's `POST /api/v1/proxy/hold?drain_timeout_s=600` (released as soon as it answers) while another agent
+  makes an ordinary call: how long that call waited (the wait is capped at 90 s), whether the stalled clients
+  were cut, the hold's answer;
+- hostile upstream: an upstream that answers a 200 MB JSON body, and one that streams 87 MB with no SSE event
+  separator: what the agent gets, and the server's memory;
+- health flood: 8 threads hammering `GET /healthz` (another process) for 10 s while one client writes tasks
+  one after another: the writes' latency with and without the flood.
+
+Every attack runs on the servers' default options (besides `--max-connections` above), old and new alike.
 
 Run it on this checkout, or on another one's sources with the same environment:
 
@@ -23,110 +45,31 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import os
 import socket
-import subprocess
-import sys
-import tempfile
 import threading
 import time
 from collections import Counter
-from collections.abc import Iterator
-from contextlib import contextmanager
-from pathlib import Path
 from typing import Any
 
 import httpx
-from _common import report
-
-from agl.common.processes import read_ready_line
-from agl.testing.upstream import start_upstream_process
-
-_SERVE = (
-    "import resource, sys\n"
-    "limit = int(sys.argv[1])\n"
-    "if limit: resource.setrlimit(resource.RLIMIT_NOFILE, (limit, limit))\n"
-    "from agl.cli.main import main\n"
-    "sys.argv = ['agl', 'serve', *sys.argv[2:]]\n"
-    "main()\n"
+from _common import (
+    Probe,
+    claim_attempt,
+    long_answer_body,
+    report,
+    scripted_upstream,
+    serve,
+    stream_answer,
 )
-
-
-class Server:
-    def __init__(self, proc: subprocess.Popen[str], url: str) -> None:
-        self.proc, self.url = proc, url
-        host, port = url.removeprefix("http://").rsplit(":", 1)
-        self.addr = (host, int(port))
-
-    def cpu_s(self) -> float:
-        """The server process's CPU seconds so far (user + system)."""
-        fields = Path(f"/proc/{self.proc.pid}/stat").read_text().rsplit(")", 1)[1].split()
-        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-
-    def peak_rss_mb(self) -> float:
-        for line in Path(f"/proc/{self.proc.pid}/status").read_text().splitlines():
-            if line.startswith("VmHWM:"):
-                return int(line.split()[1]) / 1024
-        return float("nan")
-
-
-@contextmanager
-def serve(src: str | None, *, fd_limit: int = 0, upstream: str | None = None) -> Iterator[Server]:
-    env = {**os.environ}
-    if src:
-        env["PYTHONPATH"] = src + os.pathsep + env.get("PYTHONPATH", "")
-    with tempfile.TemporaryDirectory(prefix="agl-attack-") as tmp:
-        args = [f"--run-dir={tmp}/run", "--port=0", "--log-level=error"]
-        if upstream:
-            args.append(f"--upstream={upstream}")
-        proc = subprocess.Popen(
-            [sys.executable, "-c", _SERVE, str(fd_limit), *args],
-            stdout=subprocess.PIPE,
-            stderr=subprocess.DEVNULL,
-            text=True,
-            env=env,
-        )
-        try:
-            yield Server(proc, read_ready_line(proc, "AGL_SERVER_READY", 60))
-        finally:
-            proc.terminate()
-            try:
-                proc.wait(30)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait(10)
-
-
-class Probe:
-    """Polls GET /api/v1/info from a thread: the slowest answer and how many failed."""
-
-    def __init__(self, url: str) -> None:
-        self.url = f"{url}/api/v1/info"
-        self.worst_s = 0.0
-        self.failed = 0
-        self.answered = 0
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, daemon=True)
-
-    def _run(self) -> None:
-        while not self._stop.is_set():
-            t0 = time.monotonic()
-            try:
-                ok = httpx.get(self.url, timeout=30).status_code == 200
-            except httpx.HTTPError:
-                ok = False
-            self.worst_s = max(self.worst_s, time.monotonic() - t0)
-            self.answered += ok
-            self.failed += not ok
-            self._stop.wait(0.05)
-
-    def __enter__(self) -> Probe:
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._stop.set()
-        self._thread.join(60)
+from attacks_issue41 import (
+    attack_health_flood,
+    attack_hostile_upstream,
+    attack_proxy_body,
+    attack_slow_body,
+    attack_spans,
+    attack_stalled_hold,
+    attack_trailers,
+)
 
 
 def huge_header(addr: tuple[str, int], megabytes: int) -> str:
@@ -217,7 +160,7 @@ def otlp_body(n: int) -> bytes:
         span.name = f"span {i}"
         span.start_time_unix_nano = now
         span.end_time_unix_nano = now + 1000
-    return request.SerializeToString()
+    return bytes(request.SerializeToString())
 
 
 def attack_otlp(src: str | None, n: int) -> dict[str, Any]:
@@ -246,75 +189,61 @@ def attack_otlp(src: str | None, n: int) -> dict[str, Any]:
 def attack_proxy(src: str | None, calls: int = 3000, attempts: int = 100) -> dict[str, Any]:
     import aiohttp
 
-    proc, upstream = start_upstream_process(delay_s=5.0)
-    try:
-        with serve(src, upstream=upstream) as server:
-            httpx.post(f"{server.url}/api/v1/rollouts", json={"task": {"input": "q"}, "n": attempts})
-            claims = httpx.post(
-                f"{server.url}/api/v1/claims", json={"worker_id": "w", "max_rollouts": attempts, "lease_s": 600}
-            ).json()
-            body = {"model": "m", "messages": [{"role": "user", "content": "hi"}]}
+    with scripted_upstream(delay_s=5.0) as upstream, serve(src, upstream=upstream) as server:
+        httpx.post(f"{server.url}/api/v1/rollouts", json={"task": {"input": "q"}, "n": attempts})
+        claims = httpx.post(
+            f"{server.url}/api/v1/claims", json={"worker_id": "w", "max_rollouts": attempts, "lease_s": 600}
+        ).json()
+        body = {"model": "m", "messages": [{"role": "user", "content": "hi"}]}
 
-            async def burst() -> Counter[int]:
-                timeout = aiohttp.ClientTimeout(total=300)
-                async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0), timeout=timeout) as s:
+        async def burst() -> Counter[int]:
+            timeout = aiohttp.ClientTimeout(total=300)
+            async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0), timeout=timeout) as s:
 
-                    async def one(i: int) -> int:
-                        c = claims[i % len(claims)]
-                        url = f"{server.url}/rollout/{c['rollout']['id']}/attempt/{c['attempt']['id']}/v1"
-                        try:
-                            async with s.post(f"{url}/chat/completions", json=body) as resp:
-                                await resp.read()
-                                return resp.status
-                        except aiohttp.ClientError:
-                            return 0
+                async def one(i: int) -> int:
+                    c = claims[i % len(claims)]
+                    url = f"{server.url}/rollout/{c['rollout']['id']}/attempt/{c['attempt']['id']}/v1"
+                    try:
+                        async with s.post(f"{url}/chat/completions", json=body) as resp:
+                            await resp.read()
+                            return resp.status
+                    except aiohttp.ClientError:
+                        return 0
 
-                    return Counter(await asyncio.gather(*(one(i) for i in range(calls))))
+                return Counter(await asyncio.gather(*(one(i) for i in range(calls))))
 
-            with Probe(server.url) as probe:
-                t0 = time.monotonic()
-                statuses = asyncio.run(burst())
-                elapsed = time.monotonic() - t0
-            return {
-                "calls": calls,
-                "statuses (0: connection failed)": dict(sorted(statuses.items())),
-                "seconds": elapsed,
-                "peak RSS (MB)": server.peak_rss_mb(),
-                "health: slowest (s)": probe.worst_s,
-                "health: failed": probe.failed,
-            }
-    finally:
-        proc.terminate()
-        proc.wait(10)
+        with Probe(server.url) as probe:
+            t0 = time.monotonic()
+            statuses = asyncio.run(burst())
+            elapsed = time.monotonic() - t0
+        return {
+            "calls": calls,
+            "statuses (0: connection failed)": dict(sorted(statuses.items())),
+            "seconds": elapsed,
+            "peak RSS (MB)": server.peak_rss_mb(),
+            "health: slowest (s)": probe.worst_s,
+            "health: failed": probe.failed,
+        }
 
 
 def attack_long_stream(src: str | None, tokens: int) -> dict[str, Any]:
-    proc, upstream = start_upstream_process()
-    try:
-        with serve(src, upstream=upstream) as server:
-            httpx.post(f"{server.url}/api/v1/rollouts", json={"task": {"input": "q"}})
-            (c,) = httpx.post(f"{server.url}/api/v1/claims", json={"worker_id": "w", "lease_s": 600}).json()
-            url = f"{server.url}/rollout/{c['rollout']['id']}/attempt/{c['attempt']['id']}/v1/chat/completions"
-            # the scripted upstream echoes the prompt: "hi " n times is 2n pieces (words and spaces), one event each
-            body = {"model": "m", "stream": True, "messages": [{"role": "user", "content": "hi " * (tokens // 2)}]}
-            with Probe(server.url) as probe:
-                cpu0, t0 = server.cpu_s(), time.monotonic()
-                received = 0
-                with httpx.stream("POST", url, json=body, timeout=600) as resp:
-                    for data in resp.iter_bytes():
-                        received += len(data)
-                elapsed, cpu = time.monotonic() - t0, server.cpu_s() - cpu0
-            return {
-                "tokens": tokens,
-                "bytes streamed (MB)": received / 2**20,
-                "seconds": elapsed,
-                "server CPU (s)": cpu,
-                "health: slowest (s)": probe.worst_s,
-                "health: failed": probe.failed,
-            }
-    finally:
-        proc.terminate()
-        proc.wait(10)
+    with scripted_upstream() as upstream, serve(src, upstream=upstream) as server:
+        url = f"{claim_attempt(server.url)}/chat/completions"
+        with Probe(server.url) as probe:
+            cpu0, t0 = server.cpu_s(), time.monotonic()
+            received = stream_answer(url, long_answer_body(tokens))
+            elapsed, cpu = time.monotonic() - t0, server.cpu_s() - cpu0
+        return {
+            "tokens": tokens,
+            "bytes streamed (MB)": received / 2**20,
+            "seconds": elapsed,
+            "server CPU (s)": cpu,
+            "health: slowest (s)": probe.worst_s,
+            "health: failed": probe.failed,
+        }
+
+
+# ------------------------------------------------------------------------------------------ issue #41's attacks
 
 
 def smoke() -> None:
@@ -324,15 +253,32 @@ def smoke() -> None:
     report("server_attack_otlp_smoke", attack_otlp(None, 1_000))
     report("server_attack_proxy_smoke", attack_proxy(None, calls=40, attempts=10))
     report("server_attack_long_stream_smoke", attack_long_stream(None, 2_000))
+    report("server_attack_trailers_smoke", attack_trailers(None, 1))
+
+
+ATTACKS = [
+    "header",
+    "slowloris",
+    "otlp",
+    "proxy",
+    "long-stream",
+    "slow-body",
+    "trailers",
+    "spans",
+    "proxy-body",
+    "stalled-hold",
+    "hostile-upstream",
+    "health-flood",
+]
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--src", help="agl-core sources to run the server from (default: the installed agl)")
     parser.add_argument("--name", default="after", help="suffix of the result files")
-    parser.add_argument("--only", choices=["header", "slowloris", "otlp", "proxy", "long-stream"], action="append")
+    parser.add_argument("--only", choices=ATTACKS, action="append")
     args = parser.parse_args()
-    chosen = set(args.only or ["header", "slowloris", "otlp", "proxy", "long-stream"])
+    chosen = set(args.only or ATTACKS)
     if "header" in chosen:
         report(f"server_attack_header_{args.name}", attack_header(args.src))
     if "slowloris" in chosen:
@@ -345,6 +291,24 @@ def main() -> None:
     if "long-stream" in chosen:
         for tokens in (16_000, 32_000, 64_000):
             report(f"server_attack_long_stream_{tokens}_{args.name}", attack_long_stream(args.src, tokens))
+    if "slow-body" in chosen:
+        report(f"server_attack_slow_body_{args.name}", attack_slow_body(args.src))
+    if "trailers" in chosen:
+        for mb in (64, 128):
+            report(f"server_attack_trailers_{mb}_{args.name}", attack_trailers(args.src, mb))
+    if "spans" in chosen:
+        for kind, n in (("otlp-protobuf", 10_000_000), ("otlp-json", 10_000_000), ("rest", 10_000_000)):
+            report(f"server_attack_spans_{kind}_{args.name}", attack_spans(args.src, kind, n))
+    if "proxy-body" in chosen:
+        for mb in (12, 30):
+            report(f"server_attack_proxy_body_{mb}_{args.name}", attack_proxy_body(args.src, mb))
+    if "stalled-hold" in chosen:
+        report(f"server_attack_stalled_hold_{args.name}", attack_stalled_hold(args.src))
+    if "hostile-upstream" in chosen:
+        for mode, mb in (("json", 200), ("sse", 87)):
+            report(f"server_attack_hostile_upstream_{mode}_{args.name}", attack_hostile_upstream(args.src, mode, mb))
+    if "health-flood" in chosen:
+        report(f"server_attack_health_flood_{args.name}", attack_health_flood(args.src))
 
 
 if __name__ == "__main__":

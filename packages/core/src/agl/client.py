@@ -206,6 +206,18 @@ class Client:
         """The proxy's upstream use so far: `in_flight`, `busy_s`, `calls`, `completion_tokens`, `held`."""
         return dict(self._call("GET", "/proxy/usage"))
 
+    def engines(self) -> list[dict[str, Any]]:
+        """The engines the proxy routes calls over, each with its use so far (agl.server.engines)."""
+        return list(self._call("GET", "/proxy/engines"))
+
+    def add_engine(self, url: str) -> list[dict[str, Any]]:
+        """Put an engine (an OpenAI-compatible base URL ending in /v1) in the proxy's rotation."""
+        return list(self._call("POST", "/proxy/engines", {"url": url}))
+
+    def remove_engine(self, url: str) -> list[dict[str, Any]]:
+        """Take an engine out of the proxy's rotation for good; its calls in flight go on."""
+        return list(self._call("POST", "/proxy/engines/remove", {"url": url}))
+
     @contextlib.contextmanager
     def calls_held(self, *, drain_timeout_s: float = 600.0, max_hold_s: float = 60.0) -> Iterator[dict[str, Any]]:
         """Inside, no LLM call is in flight and new ones wait at the proxy (agl.server.call_gate): weights can

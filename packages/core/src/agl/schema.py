@@ -316,9 +316,18 @@ class LLMCall(_Model):
     # The API the agent called: `chat` (chat completions) or `responses` (the Responses API, which the proxy
     # answers through a chat completion). Last, as its store column is.
     route: Literal["chat", "responses"] = "chat"
+    # The engine that answered, where `agl serve` routes over several (`--upstream` given more than once): its
+    # base URL. None: the one upstream, or a store written before agl recorded it. Last, as its store column is.
+    engine: str | None = None
 
 
 # -------------------------------------------------------------------------------------- model versions
+
+
+class EngineIn(_Model):
+    """An engine for the proxy to route calls over: an OpenAI-compatible base URL ending in /v1."""
+
+    url: str = Field(min_length=8, max_length=2000, pattern=r"^https?://[^\s]+$")
 
 
 class ModelVersionIn(_Model):

@@ -165,7 +165,13 @@ def train(
     try:
         config = build_config(agent, options, where=config_file or "the options")
         if plan_flags["plan"]:
-            print_plan(config, plan_flags)
+            from agl_trainer.plan.cluster import joined
+
+            # --plan --ray-address: the plan of that cluster's nodes and GPUs, read as the run reads them
+            # (--gpus-per-node / --nodes describe another machine instead)
+            machine_flags = plan_flags["gpus_per_node"] is not None or plan_flags["nodes"] is not None
+            with joined(None if machine_flags or config.trainer != "verl" else config.ray_address):
+                print_plan(config, plan_flags)
             return
         TrainingRun(config).run()
     except (ValueError, FileNotFoundError, EngineError) as exc:

@@ -67,8 +67,13 @@ class TrainConfig:
     # who runs the policy update: "agl" (agl's own torch trainer, in this process) or "verl" (verl's PPO actor
     # worker, FSDP2 on Ray; agl_trainer.verl): LightningRL (transitions, credit, AIR, selection) is agl's either way
     trainer: str = "agl"
-    trainer_workers: int = 1  # verl: data-parallel ranks (FSDP2)
-    ray_address: str | None = None  # verl: join this Ray cluster; None: a local Ray agl starts and stops
+    # verl: data-parallel ranks (FSDP2). None: every GPU the run's plan gives the trainer (each node's GPUs, less
+    # vLLM's own with rollout_gpus, over every node of the Ray cluster; shared by per-agent policies' actors), 1
+    # without a plan (on a CPU); agl_trainer.plan.build.trainer_ranks, set to the number by run_setup.gpu_plan
+    trainer_workers: int | None = None
+    # verl: join this Ray cluster, and plan for its nodes and GPUs (agl_trainer.plan.cluster); None: a local Ray agl
+    # starts and stops
+    ray_address: str | None = None
     # on GPUs with --engine vllm: GPUs of each node kept for vLLM (0: vLLM shares every GPU with the trainer, in
     # sleep mode during updates; agl_trainer.plan.layout)
     rollout_gpus: int = 0
@@ -122,9 +127,9 @@ class TrainConfig:
             problems.append(f"engine must be 'embedded' or 'vllm', got {self.engine!r}")
         if self.trainer not in ("agl", "verl"):
             problems.append(f"trainer must be 'agl' or 'verl', got {self.trainer!r}")
-        if int(self.trainer_workers) < 1:
+        if self.trainer_workers is not None and int(self.trainer_workers) < 1:
             problems.append(f"trainer_workers must be ≥ 1, got {self.trainer_workers}")
-        if self.trainer != "verl" and (self.trainer_workers != 1 or self.ray_address):
+        if self.trainer != "verl" and (self.trainer_workers not in (None, 1) or self.ray_address):
             problems.append("trainer_workers and ray_address are verl's: give them with trainer 'verl'")
         if self.trainer == "verl" and self.ray_address and self.checkpoint_dir is None:
             problems.append(

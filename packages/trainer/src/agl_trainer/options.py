@@ -85,8 +85,18 @@ SPECS: dict[str, Spec] = {
             "'agl-trainer[verl]'); credit assignment, AIR and agent selection are agl's either way.",
             choices=lambda: ["agl", "verl"],
         ),
-        Spec("trainer_workers", "verl: data-parallel ranks (FSDP2) of the update."),
-        Spec("ray_address", "verl: join this Ray cluster (multi-node); default: a local Ray agl starts.", type=str),
+        Spec(
+            "trainer_workers",
+            "verl: data-parallel ranks (FSDP2) of the update; default: every GPU the plan gives the trainer, on "
+            "every node (1 on a CPU).",
+            type=int,
+        ),
+        Spec(
+            "ray_address",
+            "verl: join this Ray cluster (multi-node) and plan for its nodes and GPUs (with --plan too); default: a "
+            "local Ray agl starts.",
+            type=str,
+        ),
         Spec(
             "checkpoint_dir",
             "Where checkpoints go (default: RUN_DIR/checkpoints); with --ray-address, a folder every node mounts.",

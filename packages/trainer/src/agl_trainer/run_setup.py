@@ -21,7 +21,8 @@ from agl_trainer.colocation import Colocation
 from agl_trainer.config import TrainConfig
 from agl_trainer.engine import BASE_MODEL, Engine
 from agl_trainer.models import load_model, load_tokenizer, pick_device
-from agl_trainer.plan.build import RunPlan
+from agl_trainer.plan.build import PlanRequest, RunPlan
+from agl_trainer.plan.hardware import Hardware
 from agl_trainer.policy import PolicyTrainer, wrap_lora
 from agl_trainer.remote_engine import open_remote_engine
 from agl_trainer.serving import EngineServer
@@ -42,31 +43,69 @@ class Backends:
 
 
 def gpu_plan(config: TrainConfig, run_dir: Path, console: Console) -> RunPlan | None:
-    """On CUDA, the run's plan (agl_trainer.plan), written to `plan.json`; a plan that does not fit stops the
-    run here, before anything starts, naming what would make it fit."""
-    from agl_trainer.plan.build import PlanRequest, plan_run, write_plan
-    from agl_trainer.plan.hardware import detect
-    from agl_trainer.verl.settings import parse_overrides
+    """The run's plan (agl_trainer.plan), written to `plan.json`, when it trains on GPUs: those of the Ray cluster
+    verl trains on (`ray_address`, or a Ray this process joined) when it declares some, else this machine's CUDA
+    (`run_hardware`). A plan that does not fit stops the run here, before anything starts, naming what would make it
+    fit. Sets `config.trainer_workers` when unset: every GPU the plan gives the trainer (1 without a plan)."""
+    from agl_trainer.plan.build import plan_run, write_plan
 
     cfg = config
-    hardware = detect() if pick_device(cfg.device).startswith("cuda") else None
+    hardware = run_hardware(cfg)
     if hardware is None:
+        if cfg.trainer_workers is None:
+            cfg.trainer_workers = 1
         return None
-    request = PlanRequest(
-        cfg, hardware, rollout_gpus=cfg.rollout_gpus or None, verl_overrides=parse_overrides(list(cfg.verl_set))
-    )
-    plan, run_plan = plan_run(request)
+    plan, run_plan = plan_run(plan_request(cfg, hardware))
     written = write_plan(plan, run_dir)
+    where = f" on {hardware.describe_nodes()}" if hardware.node_names else ""
     console.print(
         f"plan: {run_plan.layout.mode} on {hardware.gpus} × {hardware.gpu_name or 'GPU'} "
-        f"({hardware.gpu_memory_gib:g} GiB), peak {plan['memory']['peak_gib_per_gpu']} GiB per GPU, "
-        f"token budget {run_plan.token_budget} · {written}"
+        f"({hardware.gpu_memory_gib:g} GiB){where}, peak {plan['memory']['peak_gib_per_gpu']} GiB per GPU, "
+        f"token budget {run_plan.token_budget}, {plan['run']['trainer_workers']} trainer rank(s) · {written}"
     )
+    if hardware.gpu_memory_from == "assumed":
+        from agl_trainer.plan.cluster import MEMORY_RESOURCE
+
+        console.print(
+            f"  [yellow]plan:[/] the cluster's GPUs are of no type agl knows: {hardware.gpu_memory_gib:g} GiB each "
+            f"assumed → declare it on each node: ray start --resources='{{\"{MEMORY_RESOURCE}\": G}}'"
+        )
     for warning in plan["warnings"]:
         console.print(f"  [yellow]plan:[/] {warning['message']} → {warning['change']}")
     if not run_plan.fits:
-        raise ValueError(f"this run would not fit on this machine's GPUs ({written}): {run_plan.refusal}")
+        raise ValueError(f"this run would not fit on its GPUs ({written}): {run_plan.refusal}")
+    if cfg.trainer_workers is None:  # auto: the plan's ranks, for everything the run starts
+        cfg.trainer_workers = int(plan["run"]["trainer_workers"])
     return run_plan
+
+
+def run_hardware(config: TrainConfig) -> Hardware | None:
+    """What a run plans for (a `Hardware`), None when it trains on no GPU: with verl, the Ray cluster it joins
+    (`ray_address`, or one this process joined) when that declares GPUs, even from a driver without CUDA (a CPU head
+    node); else this machine's CUDA. `device = "cpu"` plans nothing."""
+    from agl_trainer.plan.cluster import from_ray, joined_ray
+    from agl_trainer.plan.hardware import detect
+
+    cfg = config
+    if cfg.device.startswith("cpu"):
+        return None
+    if cfg.trainer == "verl" and (cfg.ray_address or joined_ray()):
+        cluster = from_ray(cfg.ray_address)
+        if cluster is not None:
+            return cluster
+    return detect() if pick_device(cfg.device).startswith("cuda") else None
+
+
+def plan_request(config: TrainConfig, hardware: Hardware) -> PlanRequest:
+    """The plan's request for `config` on `hardware`, as `agl train --plan` makes it (agl_trainer.plan.cli)."""
+    from agl_trainer.verl.settings import parse_overrides
+
+    return PlanRequest(
+        config,
+        hardware,
+        rollout_gpus=config.rollout_gpus or None,
+        verl_overrides=parse_overrides(list(config.verl_set)),
+    )
 
 
 def open_backends(
@@ -231,8 +270,9 @@ def verl_policy(
     from agl_trainer.verl.backend import VerlPolicy
 
     cfg = config
+    workers = cfg.trainer_workers or 1  # set by gpu_plan (None only where it did not run)
     console.print(
-        f"verl trainer: {cfg.trainer_workers} rank(s)"
+        f"verl trainer: {workers} rank(s)"
         + (f" for each of {len(agent_adapters)} agents' policies" if agent_adapters else "")
         + " on "
         + (f"Ray at {cfg.ray_address}" if cfg.ray_address else "a local Ray")
@@ -251,9 +291,9 @@ def verl_policy(
             path,
             cfg.policy,
             pad_id=tokenizer.pad_token_id,
-            workers=cfg.trainer_workers,
+            workers=workers,
             ray_address=cfg.ray_address,
-            num_cpus=cfg.trainer_workers * actors,  # a local Ray holds every actor's ranks
+            num_cpus=workers * actors,  # a local Ray holds every actor's ranks
             # split layout: the GPUs vLLM does not hold (the node's first ones)
             num_gpus=(
                 plan.layout.trainer_gpus_per_node[0] if plan is not None and plan.layout.mode == "split" else None

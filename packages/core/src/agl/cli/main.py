@@ -87,9 +87,12 @@ def cli() -> None:
 @TOKEN_OPTION
 @click.option(
     "--upstream",
+    "upstreams",
     envvar="AGL_UPSTREAM_URL",
-    default=None,
-    help="OpenAI-compatible base URL the LLM proxy forwards to, e.g. http://127.0.0.1:8000/v1 (vLLM).",
+    multiple=True,
+    help="OpenAI-compatible base URL the LLM proxy forwards to, e.g. http://127.0.0.1:8000/v1 (vLLM). Repeatable:"
+    " engines serving the same model (vLLM on several nodes), each call going to the least busy one, every call of"
+    " an attempt to the same one while it answers.",
 )
 @click.option("--upstream-model", default=None, help="Model name to ask the upstream for (replaces the agent's).")
 @click.option(
@@ -219,7 +222,7 @@ def serve(
     host: str,
     port: int,
     token: str | None,
-    upstream: str | None,
+    upstreams: tuple[str, ...],
     upstream_model: str | None,
     upstream_api_key: str | None,
     token_ids: str,
@@ -270,7 +273,8 @@ def serve(
             max_connections=max_connections,
         ),
         upstream=UpstreamConfig(
-            base_url=upstream,
+            base_url=upstreams[0] if upstreams else None,
+            more_urls=tuple(upstreams[1:]),
             api_key=upstream_api_key,
             model=upstream_model,
             token_ids=token_ids,
@@ -285,7 +289,7 @@ def serve(
 
     def ready(url: str) -> None:
         click.echo(f"AGL_SERVER_READY {url}", err=False)
-        click.echo(f"store: {run_dir / 'agl.sqlite'}  upstream: {upstream or '(none)'}", err=True)
+        click.echo(f"store: {run_dir / 'agl.sqlite'}  upstream: {', '.join(upstreams) or '(none)'}", err=True)
         click.echo(f"dashboard: {url}/ui" + ("?token=<token>" if token else ""), err=True)
         sys.stdout.flush()
 

@@ -92,6 +92,8 @@ class CallRecord:
         self.strip_logprobs = request_body.get("logprobs") is False
         self.abandoned = False  # the agent hung up before the answer
         self.route = "chat"  # or "responses": the API the agent called (answered through a chat completion)
+        self.engine: str | None = None  # the engine's URL, stored where the proxy routes over several
+        self.engine_used: Any = None  # the router's Engine this call is counted on (agl.server.engines)
         # whether the agent asked for a stream, where that differs from how the backend was asked (the Responses
         # API streams its events from one chat completion); None: as the backend was asked
         self.client_stream: bool | None = None
@@ -207,6 +209,7 @@ class CallRecord:
             not_trainable_reason=f"the call could not be recorded: {why}",
             temperature=self.temperature,
             route=self.route,  # type: ignore[arg-type]
+            engine=self.engine,
         )
 
     def to_call(self, *, stream: bool) -> LLMCall:
@@ -231,7 +234,7 @@ class CallRecord:
             "prompt_tokens": len(self.prompt_ids or []),
             "completion_tokens": len(self.response_ids or []),
         }
-        return LLMCall(
+        call = LLMCall(
             id=new_id("llm"),
             rollout_id=self.rollout_id,
             attempt_id=self.attempt_id,
@@ -245,7 +248,9 @@ class CallRecord:
             model_requested=self.request.get("model"),
             model=self.model,
             model_version=self.model_version,
-            request=self.request,
+            # a large request came from orjson and passed request_problem: it is JSON already, and validating its
+            # million parts again held the interpreter for a second (every other request waited)
+            request={} if self.heavy else self.request,
             response_message=message,
             prompt_ids=self.prompt_ids,
             response_ids=self.response_ids,
@@ -263,7 +268,9 @@ class CallRecord:
             temperature=self.temperature,
             agent_key=self.agent_key,
             route=self.route,  # type: ignore[arg-type]
+            engine=self.engine,
         )
+        return call.model_copy(update={"request": self.request}) if self.heavy else call
 
 
 # Request fields the proxy reads, with the JSON types they must have (and how to say so); anything else goes to
@@ -305,12 +312,25 @@ def too_deep(value: Any, limit: int = MAX_JSON_DEPTH) -> bool:
     return False
 
 
-def request_problem(body: Any) -> str | None:
+def unstorable(body: Any) -> str | None:
+    """Why the store could not write `body` (nested deeper than orjson writes, 255 levels), found by writing it:
+    a walk over a large body in Python held the interpreter for seconds, writing it takes milliseconds."""
+    try:
+        orjson.dumps(body)
+    except orjson.JSONEncodeError as exc:
+        return f"request body cannot be stored: {exc} (it nests lists and objects too deep)"
+    return None
+
+
+def request_problem(body: Any, *, large: bool = False) -> str | None:
     """Why a chat request cannot be forwarded and recorded faithfully, or None. Checked before anything is
-    sent: a request the store could not record must be refused, not answered and then lost."""
+    sent: a request the store could not record must be refused, not answered and then lost. `large`: a body over
+    OFF_LOOP_BYTES, whose depth is checked by writing it (`unstorable`) rather than by a walk in Python."""
     if not isinstance(body, dict):
         return "request body must be a JSON object"
-    if too_deep(body):
+    if large and (deep := unstorable(body)) is not None:
+        return deep
+    if not large and too_deep(body):
         return f"request body nests lists and objects more than {MAX_JSON_DEPTH} levels deep"
     messages = body.get("messages")
     if not isinstance(messages, list):
@@ -513,7 +533,7 @@ def parse_chat(raw: bytes) -> dict[str, Any] | str:
         body = orjson.loads(raw)
     except orjson.JSONDecodeError as exc:
         return f"request body is not valid JSON: {exc}"
-    problem = request_problem(body)
+    problem = request_problem(body, large=len(raw) > OFF_LOOP_BYTES)
     return problem if problem is not None else body
 
 
@@ -528,7 +548,9 @@ def parse_responses(raw: bytes) -> tuple[dict[str, Any], dict[str, Any]] | str:
         return f"request body is not valid JSON: {exc}"
     if not isinstance(body, dict):
         return "the request body must be a JSON object"
-    if too_deep(body):  # before translation: the answer echoes parts of the request
+    if len(raw) > OFF_LOOP_BYTES and (deep := unstorable(body)) is not None:
+        return deep
+    if len(raw) <= OFF_LOOP_BYTES and too_deep(body):  # before translation: the answer echoes parts of the request
         return f"request body nests lists and objects more than {MAX_JSON_DEPTH} levels deep"
     try:
         chat = responses_api.to_chat(body)

@@ -132,6 +132,7 @@ _EXTRA = {
     "/rollout/{rollout_id}/attempt/{attempt_id}/v1/chat/completions": (404, 409, 502, 503),
     "/rollout/{rollout_id}/attempt/{attempt_id}/v1/responses": (404, 409, 502, 503),
     "/api/v1/proxy/hold": (409,),
+    "/api/v1/proxy/engines/remove": (404,),
 }
 
 

@@ -20,7 +20,7 @@ from typing import Any
 
 import aiohttp
 import orjson
-from starlette.requests import ClientDisconnect, Request
+from starlette.requests import Request
 from starlette.responses import Response, StreamingResponse
 
 from agl import protocol
@@ -39,6 +39,8 @@ from agl.server.call_record import (
     parse_responses,
     without_logprobs,
 )
+from agl.server.engines import Engine, EngineRouter
+from agl.server.relay import BadAnswer, RelayResponse, error_message, hung_up, read_capped
 from agl.store import Store
 
 log = logging.getLogger(__name__)
@@ -52,13 +54,11 @@ ABANDONED_STREAM = "the agent hung up before the whole streamed answer reached i
 MiB = 1024 * 1024
 
 
-class BadAnswer(Exception):
-    """The upstream's answer cannot be used (too large, a redirect, malformed): a 502 to the agent, stored."""
-
-
 @dataclass
 class UpstreamConfig:
     base_url: str | None  # an OpenAI-compatible base URL ending in /v1; None: no backend configured
+    # more engines serving the same model (vLLM on other nodes): calls are routed over all (agl.server.engines)
+    more_urls: tuple[str, ...] = ()
     api_key: str | None = None
     model: str | None = None  # replaces the model the agent asked for, when set
     token_ids: str = "auto"  # "auto": ask, and stop asking if the backend rejects it; "always"; "never"
@@ -94,6 +94,7 @@ class LLMProxy:
         self.served_model = served_model
         self.model_version: ModelVersion | None = store.latest_model_version()
         self.meter = CallMeter()
+        self.engines = EngineRouter([u for u in (upstream.base_url, *upstream.more_urls) if u])
         self.gate = CallGate(self.meter)  # closed by a trainer while it changes weights in place (call_gate)
         self._token_ids_rejected = upstream.token_ids == "never"
         self._session: aiohttp.ClientSession | None = None
@@ -135,9 +136,10 @@ class LLMProxy:
 
     async def served_models(self) -> list[str] | None:
         """The upstream's model names (None: not known; it has not answered `/models` yet)."""
-        if self.upstream_models is None and self.upstream.base_url and time.monotonic() - self._models_asked_at > 30:
+        first = self.engines.pick("")  # every engine serves the same models: ask any one in rotation
+        if self.upstream_models is None and first is not None and time.monotonic() - self._models_asked_at > 30:
             self._models_asked_at = time.monotonic()
-            url = f"{self.upstream.base_url.rstrip('/')}/models"
+            url = f"{first.url}/models"
             headers = {"authorization": f"Bearer {self.upstream.api_key}"} if self.upstream.api_key else {}
             try:
                 timeout = aiohttp.ClientTimeout(total=5)
@@ -208,8 +210,14 @@ class LLMProxy:
     def _rejected_token_ids(self, status: int, content: bytes) -> bool:
         return self.upstream.token_ids == "auto" and status == 400 and TOKEN_ID_PARAM.encode() in content
 
+    def _leave(self, rec: CallRecord) -> None:
+        tokens = len(rec.response_ids or [])
+        self.meter.leave(rec, tokens)
+        if rec.engine_used is not None:
+            rec.engine_used.meter.leave(rec, tokens)
+
     def _store(self, rec: CallRecord, *, stream: bool) -> Future[None] | None:
-        self.meter.leave(rec, len(rec.response_ids or []))  # every forwarded call ends here, once, whatever happened
+        self._leave(rec)  # every forwarded call ends here, once, whatever happened
         return self._submit(rec, stream)
 
     def _submit(self, rec: CallRecord, stream: bool) -> Future[None] | None:
@@ -231,7 +239,7 @@ class LLMProxy:
         """Store the call and wait for the commit: an answer the agent received is a call that survives a crash
         of the server (the writer commits in groups, so the wait is short)."""
         if rec.heavy:
-            self.meter.leave(rec, len(rec.response_ids or []))
+            self._leave(rec)
             future = await asyncio.to_thread(self._submit, rec, stream)
         else:
             future = self._store(rec, stream=stream)
@@ -305,7 +313,7 @@ class LLMProxy:
                 "invalid_request_error",
                 "attempt_ended",
             )
-        if self.upstream.base_url is None:
+        if not self.engines.engines:
             return openai_error(
                 503,
                 "agl serve was started without --upstream: no LLM backend to forward to",
@@ -327,19 +335,32 @@ class LLMProxy:
                 return await self._stream(rec, seq_header)
             return await self._complete(rec, seq_header, request)
         except BaseException:
-            self.meter.leave(rec, 0)  # a failure no path stored: not in flight any more either
+            self._leave(rec)  # a failure no path stored: not in flight any more either
             raise
 
     async def _post(self, rec: CallRecord) -> aiohttp.ClientResponse:
-        """POST to the upstream; the caller reads and releases the answer."""
-        url = f"{self.upstream.base_url.rstrip('/')}/chat/completions"  # type: ignore[union-attr]
-        for _ in range(2):
+        """POST to the attempt's engine; the caller reads and releases the answer. An engine that cannot be
+        reached (nothing was sent) is taken out of rotation and the call tried once on another."""
+        engine = self._route(rec)
+        for _ in range(3):
             payload = self._upstream_payload(rec.request, rec)
-            # no redirects: the answer must come from the backend agl was pointed at (a redirect could send the
-            # agent's conversation elsewhere); a 3xx is an unusable answer
-            resp = await self._client().post(
-                url, data=orjson.dumps(payload), headers=self._headers(rec), allow_redirects=False
-            )
+            try:
+                # no redirects: the answer must come from the backend agl was pointed at (a redirect could send
+                # the agent's conversation elsewhere); a 3xx is an unusable answer
+                resp = await self._client().post(
+                    f"{engine.url}/chat/completions",
+                    data=orjson.dumps(payload),
+                    headers=self._headers(rec),
+                    allow_redirects=False,
+                )
+            except aiohttp.ClientConnectorError as exc:
+                self.engines.failed(engine, f"{type(exc).__name__}: {exc}")
+                other = self.engines.pick(rec.attempt_id, avoid=engine) if self.engines.several else None
+                if other is None or other is engine:
+                    raise
+                engine = self._route(rec, other)
+                continue
+            self.engines.answered(engine)
             if 300 <= resp.status < 400:
                 resp.close()
                 where = resp.headers.get("location")
@@ -358,7 +379,22 @@ class LLMProxy:
             return resp
         return resp
 
+    def _route(self, rec: CallRecord, engine: Engine | None = None) -> Engine:
+        """Send the call to `engine` (or the one the router picks), counted on its meter; the record names it
+        when there are several."""
+        if rec.engine_used is not None:
+            rec.engine_used.meter.leave(rec, 0)
+        chosen = engine or self.engines.pick(rec.attempt_id)
+        if chosen is None:
+            raise aiohttp.ClientConnectionError("every engine was removed while the call waited")
+        chosen.meter.enter(rec)
+        rec.engine_used = chosen
+        rec.engine = chosen.url if self.engines.several else None
+        return chosen
+
     def _upstream_failed(self, rec: CallRecord, exc: Exception, seq_header: dict[str, str], stream: bool) -> Response:
+        if rec.engine_used is not None and isinstance(exc, (aiohttp.ClientConnectionError, OSError)):
+            self.engines.failed(rec.engine_used, f"{type(exc).__name__}: {exc}")
         rec.http_status = 502
         rec.error = f"upstream unreachable: {type(exc).__name__}: {exc}"
         self._store(rec, stream=stream)
@@ -410,7 +446,7 @@ class LLMProxy:
             return self._upstream_failed(rec, exc, seq_header, stream=False)
         rec.http_status = status
         if status >= 400 or not isinstance(parsed, dict):
-            rec.error = _error_message(parsed, content, status)
+            rec.error = error_message(parsed, content, status)
             self._store(rec, stream=False)
             if isinstance(parsed, dict) and "error" in parsed:
                 return Response(content, status_code=status, media_type="application/json", headers=seq_header)
@@ -442,7 +478,7 @@ class LLMProxy:
                 parsed = orjson.loads(content)
             except orjson.JSONDecodeError:
                 parsed = None
-            rec.error = _error_message(parsed, content, resp.status)
+            rec.error = error_message(parsed, content, resp.status)
             self._store(rec, stream=True)
             if isinstance(parsed, dict) and "error" in parsed:
                 return Response(content, status_code=resp.status, media_type="application/json", headers=seq_header)
@@ -477,14 +513,17 @@ class LLMProxy:
                 if taken:
                     del pending[:taken]
                 if len(pending) > self.upstream.max_event_bytes:
-                    # the agent has its 200 and maybe part of this event: all agl can do is end the stream
+                    # the agent has its 200 and maybe part of this event: the stream ends with an error event, as
+                    # vLLM ends a stream that fails (OpenAI's SDKs raise it), after a blank line ending the part
                     cut = True
+                    why = (
+                        f"an SSE event past {self.upstream.max_event_bytes} bytes without the blank line that ends"
+                        " it: the stream was cut"
+                    )
                     if not stored:
-                        rec.error = (
-                            f"{MALFORMED}: an SSE event past {self.upstream.max_event_bytes} bytes without the blank "
-                            "line that ends it: the stream was cut"
-                        )
+                        rec.error = f"{MALFORMED}: {why}"
                     resp.close()
+                    yield b"\n\ndata: " + protocol.error_bytes(why, "upstream_error", BAD_ANSWER) + b"\n\n"
                     break
                 if done and not stored:
                     stored = True
@@ -501,6 +540,8 @@ class LLMProxy:
                 rec.http_status, rec.error = 499, ABANDONED_STREAM
             elif not stored:
                 rec.error = f"stream interrupted: {type(exc).__name__}: {exc}".rstrip(": ")
+                if rec.engine_used is not None and isinstance(exc, (aiohttp.ClientPayloadError, OSError)):
+                    self.engines.failed(rec.engine_used, rec.error)  # it went away mid-answer
             raise
         finally:
             resp.release()
@@ -532,65 +573,7 @@ class LLMProxy:
                     rec.error = f"{MALFORMED}: a streamed event's data is not JSON: {data[:200]!r}"
                 continue
             if isinstance(chunk, dict) and "error" in chunk:
-                rec.error = _error_message(chunk, data, 200)
+                rec.error = error_message(chunk, data, 200)
             else:
                 rec.take_chunk(chunk)  # a malformed chunk is noted on the record, not taken
         return done
-
-
-class RelayResponse(StreamingResponse):
-    """A streamed answer that notes on its call's record when the agent hung up before the stream ended.
-
-    Starlette stops a stream whose client left by cancelling it; which await the cancellation lands on (the
-    backend's next bytes, the store's commit, a send) says nothing about what the agent received. What does is
-    whether the disconnect came before the stream was handed over whole: then the agent did not act on this
-    answer, and the call is stored as abandoned, not trainable."""
-
-    def __init__(self, content: AsyncIterator[bytes], rec: CallRecord, **kwargs: Any) -> None:
-        super().__init__(content, **kwargs)
-        self.rec = rec
-
-    async def listen_for_disconnect(self, receive: Any) -> None:
-        await super().listen_for_disconnect(receive)
-        self.rec.abandoned = True  # before Starlette cancels the stream, so the relay sees it
-
-    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
-        try:
-            await super().__call__(scope, receive, send)
-        except ClientDisconnect:  # ASGI 2.4 servers report the hang-up as a failed send instead
-            self.rec.abandoned = True
-            raise
-        finally:
-            # a cancelled `async for` leaves the relay suspended; close it now, not whenever it is collected, so
-            # the call is stored (or marked) while the request is still being answered
-            aclose = getattr(self.body_iterator, "aclose", None)
-            if aclose is not None:
-                with contextlib.suppress(BaseException):
-                    await aclose()
-
-
-async def hung_up(request: Request) -> None:
-    """Returns when the client disconnects (its body was read already, so the next message is the hang-up)."""
-    while (await request.receive())["type"] != "http.disconnect":
-        pass
-
-
-async def read_capped(resp: aiohttp.ClientResponse, cap: int) -> bytes:
-    """The answer's body, read as it comes; BadAnswer past `cap` bytes (a runaway answer is never held whole)."""
-    if resp.content_length is not None and resp.content_length > cap:
-        raise BadAnswer(f"the answer is {resp.content_length} bytes, more than the {cap} agl reads")
-    body = bytearray()
-    async for chunk in resp.content.iter_any():
-        body += chunk
-        if len(body) > cap:
-            raise BadAnswer(f"the answer is more than the {cap} bytes agl reads")
-    return bytes(body)
-
-
-def _error_message(parsed: Any, content: bytes, status: int) -> str:
-    if isinstance(parsed, dict) and isinstance(parsed.get("error"), dict):
-        return str(parsed["error"].get("message") or parsed["error"])
-    if isinstance(parsed, dict) and "error" in parsed:
-        return str(parsed["error"])
-    text = content[:500].decode(errors="replace")
-    return f"HTTP {status}: {text}" if text else f"HTTP {status}"

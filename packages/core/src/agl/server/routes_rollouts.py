@@ -29,7 +29,7 @@ from agl.schema import (
     TaskIn,
 )
 from agl.server.credentials import attempt_credential
-from agl.server.proxy import hung_up
+from agl.server.relay import hung_up
 from agl.server.routes_server import API
 
 if TYPE_CHECKING:

@@ -34,6 +34,7 @@ def add_routes(app: FastAPI, server: Server) -> None:
             "store_writable": server.store.writer.alive,
             "served_model": server.settings.served_model,
             "upstream": server.settings.upstream.base_url,
+            "engines": [e.url for e in server.proxy.engines.engines.values()],
             "auth": bool(server.settings.token),
             "model_version": server.proxy.model_version.version if server.proxy.model_version else None,
         }

@@ -11,10 +11,11 @@ import orjson
 from fastapi import FastAPI, Query, Request
 from starlette.responses import Response, StreamingResponse
 
-from agl.schema import INT64_MAX, ModelVersion, ModelVersionIn
+from agl.schema import INT64_MAX, EngineIn, ModelVersion, ModelVersionIn
 from agl.server.errors import error_response
-from agl.server.proxy import hung_up
+from agl.server.relay import hung_up
 from agl.server.routes_server import API
+from agl.store import NotFoundError
 
 if TYPE_CHECKING:
     from agl.server.app import Server
@@ -44,7 +45,26 @@ def add_routes(app: FastAPI, server: Server) -> None:
             "calls": meter.calls,
             "completion_tokens": meter.completion_tokens,
             "held": proxy.gate.held,
+            "engines": proxy.engines.usage(),  # the same figures per engine, and whether it is in rotation
         }
+
+    @app.get(f"{API}/proxy/engines", tags=["models"])
+    async def engines() -> list[dict[str, Any]]:
+        """The engines the proxy routes calls over (agl.server.engines), each with its use so far."""
+        return proxy.engines.usage()
+
+    @app.post(f"{API}/proxy/engines", tags=["models"], status_code=201)
+    async def add_engine(engine: EngineIn) -> list[dict[str, Any]]:
+        """Put an engine in rotation (the trainer, as it starts a server); one already known is put back in."""
+        proxy.engines.add(engine.url)
+        return proxy.engines.usage()
+
+    @app.post(f"{API}/proxy/engines/remove", tags=["models"])
+    async def remove_engine(engine: EngineIn) -> list[dict[str, Any]]:
+        """Take an engine out of rotation for good (its calls in flight go on); 404 when it is not known."""
+        if not proxy.engines.remove(engine.url):
+            raise NotFoundError(f"no engine {engine.url!r}: the proxy routes over {proxy.engines.usage()}")
+        return proxy.engines.usage()
 
     @app.post(f"{API}/proxy/hold", tags=["models"])
     async def hold_calls(

@@ -181,6 +181,7 @@ def llm_call_values(call: LLMCall) -> tuple[Any, ...]:
         call.temperature,
         call.agent_key,
         call.route,
+        call.engine,
     )
 
 

@@ -6,7 +6,7 @@ import sqlite3
 from pathlib import Path
 
 DB_FILENAME = "agl.sqlite"
-SCHEMA_VERSION = 9
+SCHEMA_VERSION = 10
 # How to bring a store written by an older agl up to date, step by step; applied once, in one transaction, when
 # the store is opened (data already stored is kept).
 MIGRATIONS: dict[int, tuple[str, ...]] = {
@@ -43,6 +43,9 @@ MIGRATIONS: dict[int, tuple[str, ...]] = {
         "ALTER TABLE attempts ADD COLUMN external_llm_calls INTEGER NOT NULL DEFAULT 0",
         "ALTER TABLE rollouts ADD COLUMN bypassed_llm_calls INTEGER NOT NULL DEFAULT 0",
     ),
+    # 9 → 10: the engine that answered an LLM call, where the proxy routes over several (calls stored before
+    # name none)
+    9: ("ALTER TABLE llm_calls ADD COLUMN engine TEXT",),
 }
 
 # Each table's columns in the field order of its model (agl.schema), so a row selected with these names maps
@@ -129,6 +132,7 @@ LLM_CALL_COLUMNS = (
     "temperature",
     "agent_key",
     "route",
+    "engine",
 )
 # how a call's prompt is stored (agl.store.prompt_bases): read and written after LLM_CALL_COLUMNS, never part of
 # the model
@@ -182,7 +186,8 @@ CREATE TABLE IF NOT EXISTS llm_calls (
   response_ids BLOB, logprobs BLOB, finish_reason TEXT, stream INTEGER NOT NULL, status TEXT NOT NULL,
   http_status INTEGER NOT NULL, error TEXT, started_at REAL NOT NULL, latency_s REAL NOT NULL,
   usage TEXT NOT NULL, trainable INTEGER NOT NULL, not_trainable_reason TEXT, temperature REAL, agent_key TEXT,
-  prompt_base_seq INTEGER, prompt_base_len INTEGER, route TEXT NOT NULL DEFAULT 'chat', UNIQUE (attempt_id, seq));
+  prompt_base_seq INTEGER, prompt_base_len INTEGER, route TEXT NOT NULL DEFAULT 'chat', engine TEXT,
+  UNIQUE (attempt_id, seq));
 CREATE INDEX IF NOT EXISTS llm_calls_rollout ON llm_calls(rollout_id, attempt_id, seq);
 CREATE TABLE IF NOT EXISTS rewards (
   id INTEGER PRIMARY KEY AUTOINCREMENT, rollout_id TEXT NOT NULL, attempt_id TEXT NOT NULL,

@@ -250,6 +250,25 @@ def _verl(req: PlanRequest, path: Path, tokens: int, warnings: list[dict[str, st
     return out
 
 
+def verl_actors(cfg: TrainConfig) -> int:
+    """verl trains one adapter per actor: with a policy per agent, each agent's actor has ranks of its own."""
+    if cfg.trainer != "verl" or not cfg.per_agent_policies:
+        return 1
+    return len({a for a in (cfg.train_agents or "").split(",") if a}) or 1
+
+
+def trainer_ranks(req: PlanRequest) -> int:
+    """verl's data-parallel ranks per actor: `trainer_workers` when given; unset, every GPU the plan gives the
+    trainer (each node's GPUs less vLLM's `rollout_gpus`, over every node), shared by the actors; 1 with agl's."""
+    cfg, hw = req.config, req.hardware
+    if cfg.trainer != "verl":
+        return 1
+    if cfg.trainer_workers is not None:
+        return int(cfg.trainer_workers)
+    free = (hw.gpus_per_node - (req.rollout_gpus or 0)) * hw.nodes
+    return max(1, free // verl_actors(cfg))
+
+
 @dataclasses.dataclass(frozen=True)
 class RunPlan:
     """What a run takes from its plan besides the printed object."""
@@ -287,21 +306,25 @@ def plan_run(req: PlanRequest) -> tuple[dict[str, Any], RunPlan]:
             }
         )
         longest = shape.max_positions
-    ranks = cfg.trainer_workers if cfg.trainer == "verl" else 1
-    # verl trains one adapter per actor: with a policy per agent, each agent's actor has ranks of its own
-    actors = len({a for a in (cfg.train_agents or "").split(",") if a}) if cfg.per_agent_policies else 1
-    actors = actors if cfg.trainer == "verl" else 1
+    actors = verl_actors(cfg)
+    ranks = trainer_ranks(req)
     vllm = cfg.engine == "vllm" and cfg.engine_url is None
-    layout = choose_layout(
-        shape, hw, ranks=ranks * actors, rollout_gpus=req.rollout_gpus, max_model_len=longest, vllm=vllm
-    )
+    try:
+        layout = choose_layout(
+            shape, hw, ranks=ranks * actors, rollout_gpus=req.rollout_gpus, max_model_len=longest, vllm=vllm
+        )
+    except ValueError as exc:
+        if not hw.node_names:
+            raise
+        raise ValueError(f"{exc}; the Ray cluster has {hw.describe_nodes()}") from exc
     trainer_gpus = sum(layout.trainer_gpus_per_node)
-    if cfg.trainer == "verl" and trainer_gpus < hw.gpus - (req.rollout_gpus or 0) * hw.nodes:
-        free = hw.gpus - (req.rollout_gpus or 0) * hw.nodes
+    free = hw.gpus - (req.rollout_gpus or 0) * hw.nodes
+    if cfg.trainer == "verl" and ranks < free // actors:  # only an explicit --trainer-workers leaves GPUs idle
         warnings.append(
             {
-                "message": f"the trainer uses {trainer_gpus} of {free} GPUs it could use; the rest idle during updates",
-                "change": f"--trainer-workers {free}",
+                "message": f"the trainer uses {trainer_gpus} of {free} GPUs it could use; the rest idle during updates "
+                "(leave --trainer-workers out: every GPU the plan gives the trainer)",
+                "change": f"--trainer-workers {free // actors}",
             }
         )
     if hw.nodes > 1 and not cfg.ray_address:
@@ -438,7 +461,7 @@ def _knob(req: PlanRequest, shape: ModelShape, layout: Layout, longest: int, pea
     head = f"needs {peak:.1f} GiB on a GPU, {limit:.1f} GiB usable of {hw.gpu_memory_gib:g}"
     if cfg.trainer == "verl":
         per_node = hw.gpus_per_node - (req.rollout_gpus or 0)
-        for ranks in range(cfg.trainer_workers + 1, per_node * hw.nodes + 1):
+        for ranks in range(trainer_ranks(req) + 1, per_node * hw.nodes + 1):
             total = update_memory(_update_setup(req, shape, longest, ranks))["total"]
             if max(_phases(req, shape, layout, total).values()) <= limit:
                 return f"{head}: shard the update over more GPUs, --trainer-workers {ranks}"
