@@ -473,6 +473,11 @@ class VerlPolicy:
 
     # ------------------------------------------------------------------------------------------ checkpoints
 
+    def publish_adapters(self, path: str | os.PathLike[str]) -> None:
+        """Only what an engine loads: the adapter, gathered from the ranks and written once, by this process (a
+        publication is not a checkpoint: verl's shards and optimizer state stay where checkpoints go)."""
+        self.save_adapter(self.adapter_folder(path))
+
     def save(self, path: str | os.PathLike[str]) -> None:
         """verl's checkpoint (model or adapter shards, optimizer, scheduler, RNG) under `path/verl`, and with LoRA
         the adapter as a peft folder under `path/adapter`."""
