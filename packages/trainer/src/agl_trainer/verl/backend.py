@@ -181,7 +181,12 @@ class VerlPolicy:
         """verl's `actor_rollout_ref` config: its defaults, then agl's settings for this device
         (agl_trainer.verl.settings, shared with `agl train --plan`), then `overrides`, checked by verl."""
         settings = actor_settings(
-            self.model_path, self.config, self.profile, seed=seed, initial_adapter=self.initial_adapter
+            self.model_path,
+            self.config,
+            self.profile,
+            seed=seed,
+            initial_adapter=self.initial_adapter,
+            ranks_per_node=self.placement,
         )
         root = root_config(settings, overrides)
         validate(root, load_tokenizer=True)
