@@ -227,6 +227,13 @@ def test_each_version_is_loaded_once_under_its_own_name(vllm_run: Run) -> None:
         assert f"Loaded new LoRA adapter: name 'default@v{n}'" in log
     assert "Removed LoRA adapter: name 'default@v1'" in log  # the version before the previous one is dropped
     assert sorted(p.name for p in (vllm_run.run_dir / "published").iterdir()) == ["v2", "v3"]
+    # a publication is what vLLM loads, not a checkpoint: no optimizer state beside the adapter
+    files = {
+        p.relative_to(vllm_run.run_dir / "published" / "v3").as_posix()
+        for p in (vllm_run.run_dir / "published" / "v3").rglob("*")
+        if p.is_file()
+    }
+    assert files == {"adapter/adapter_config.json", "adapter/adapter_model.safetensors"}, files
     assert "load_inplace" not in log and "Reloaded LoRA adapter" not in log
     served = {m["id"] for m in httpx.get(f"{vllm_run.server.url}/models").json()["data"]}
     assert served == {"base", "default@v2", "default@v3"}
@@ -359,11 +366,12 @@ def test_why_full_weights_are_refused_on_a_cpu_reload_weights_serves_stale_log_p
 def test_the_verl_trainer_with_the_vllm_engine(tmp_path: Path) -> None:
     """`--trainer verl --engine vllm`, the GPU recipes' combination, for one step on the bundled model: vLLM
     serves the rollouts, verl's actor worker updates, the new adapter reaches vLLM in place, and the evaluation
-    after the step is served by it."""
+    after the step is served by it. With a shared checkpoint folder (as on a cluster), each version is published
+    there, once, as the adapter alone, and nowhere on the driver's run folder."""
     python = vllm_python()
     if importlib.util.find_spec("verl") is None:
         pytest.fail('verl is not installed: pip install "agl-trainer[verl]" (make install does)')
-    run_dir = tmp_path / "run"
+    run_dir, shared = tmp_path / "run", tmp_path / "shared"
     config = TrainConfig(
         agent="agl_trainer.examples.calculator:solve",
         train_tasks=calculator.train_tasks(),
@@ -371,6 +379,7 @@ def test_the_verl_trainer_with_the_vllm_engine(tmp_path: Path) -> None:
         run_dir=run_dir,
         engine="vllm",
         vllm_python=str(python),
+        checkpoint_dir=shared,
         trainer="verl",
         device="cpu",
         steps=1,
@@ -393,4 +402,10 @@ def test_the_verl_trainer_with_the_vllm_engine(tmp_path: Path) -> None:
         details = store.rollout_details([r.id for r in rollouts])
     models = {(d.rollout.mode, d.rollout.step): {c.model for c in d.llm_calls} for d in details}
     assert models[("train", 0)] == {"default@v1"} and models[("eval", 1)] == {"default@v2"}
+    assert not (run_dir / "published").exists()
+    assert sorted(p.name for p in (shared / "published").iterdir()) == ["v1", "v2"]
+    for version in ("v1", "v2"):  # verl's shards and optimizer state are not published, only the adapter
+        folder = shared / "published" / version
+        files = {p.relative_to(folder).as_posix() for p in folder.rglob("*") if p.is_file()}
+        assert files == {"adapter/adapter_config.json", "adapter/adapter_model.safetensors"}, files
     assert all(c.trainable for d in details for c in d.llm_calls if d.rollout.mode == "train")

@@ -45,9 +45,9 @@ class RecordingPolicy:
         self.events.append("policy: logprobs")
         return [[0.0] for _ in transitions]
 
-    def save(self, path: Path) -> None:
-        assert self.on_gpu, "saved (gathered) while its state was in host memory"
-        self.events.append(f"policy: save {path.name}")
+    def publish_adapters(self, path: Path) -> None:
+        assert self.on_gpu, "published (gathered) while its state was in host memory"
+        self.events.append(f"policy: publish {path.name}")
         (path / "adapter").mkdir(parents=True)
 
     def adapter_folder(self, path: Path, adapter: str | None = None) -> Path:
@@ -68,7 +68,7 @@ def test_the_gpus_change_hands_in_order_at_start_and_around_each_update(tmp_path
         publish_first_weights(engine, sharing)
         assert events == [
             "vllm: POST /sleep?level=1",
-            "policy: save v1",  # written from the trainer while it holds the GPUs
+            "policy: publish v1",  # written from the trainer while it holds the GPUs
             "policy: to_host",
             "vllm: POST /wake_up?tags=weights",  # verl's order: the weights, then the KV cache
             "vllm: POST /wake_up?tags=kv_cache",
@@ -82,7 +82,7 @@ def test_the_gpus_change_hands_in_order_at_start_and_around_each_update(tmp_path
             "vllm: POST /sleep?level=1",
             "policy: to_device",
             "policy: update",
-            "policy: save v2",
+            "policy: publish v2",
             "policy: to_host",
             "vllm: POST /wake_up?tags=weights",
             "vllm: POST /wake_up?tags=kv_cache",
@@ -109,7 +109,7 @@ def test_without_colocation_nothing_sleeps_and_nothing_moves(tmp_path: Path) -> 
     with RecordingVllm(events) as vllm:
         engine = RemoteAdapterEngine(vllm.url, policy, tmp_path / "published")  # type: ignore[arg-type]
         update_and_publish(policy, engine, [transition()], None)  # type: ignore[arg-type]
-        assert events == ["policy: update", "policy: save v1", "vllm: POST /v1/load_lora_adapter"]
+        assert events == ["policy: update", "policy: publish v1", "vllm: POST /v1/load_lora_adapter"]
         engine.close()
 
 

@@ -210,3 +210,20 @@ def test_the_gpu_guide_table_is_the_plans(tmp_path: Path) -> None:
             assert budget >= budgets[(model, shape, "no")], (model, shape)
     docs = (Path(__file__).parents[3] / "docs" / "guides" / "gpus.md").read_text()
     assert "<!-- agl:gpu-plans -->" in docs  # the guide shows this table, made at every docs build
+
+
+def test_ranks_over_several_nodes_shard_within_a_node_and_replicate_across(tmp_path: Path) -> None:
+    """HSDP (issue #42): on two nodes of 8, verl's FSDP shard group is a node's 8 ranks (its mesh 2 × 8, verl's
+    numbering node by node), so a layer's all-gather never crosses nodes; on one node, or told so, one mesh."""
+    from agl_trainer.verl.settings import hsdp_shard_size, parse_overrides
+
+    cfg = config("Qwen2.5-7B-Instruct", tmp_path)
+    two = make_plan(PlanRequest(cfg, TWO_NODES, flash_attention=True))
+    assert two["placement"]["gpus_per_node"] == [8, 8]
+    assert two["verl"]["config"]["actor"]["fsdp_config"]["fsdp_size"] == 8
+    one = make_plan(PlanRequest(cfg, EIGHT, flash_attention=True))
+    assert one["verl"]["config"]["actor"]["fsdp_config"]["fsdp_size"] == -1
+    across = parse_overrides(["actor.fsdp_config.fsdp_size=-1"])
+    told = make_plan(PlanRequest(cfg, TWO_NODES, flash_attention=True, verl_overrides=across))
+    assert told["verl"]["config"]["actor"]["fsdp_config"]["fsdp_size"] == -1
+    assert [hsdp_shard_size(p) for p in ([8, 8], [4, 4, 4], [8], [1, 1], [8, 4], [])] == [8, 4, -1, -1, -1, -1]

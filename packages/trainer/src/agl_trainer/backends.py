@@ -130,7 +130,9 @@ class RemoteAdapterEngine:
         if self.server is not None:
             self.server.check_alive()
         self.version += 1
-        self.policy.save(self.folder / f"v{self.version}")
+        # the adapters alone: a full checkpoint (verl's shards and optimizer on every rank) per publication filled
+        # the workers' disks, and the engine reads only the adapters
+        self.policy.publish_adapters(self.folder / f"v{self.version}")
 
     def serve(self) -> None:
         """Load the staged version into the engine under its new names, and drop the one before the last."""

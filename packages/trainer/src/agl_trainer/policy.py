@@ -495,6 +495,11 @@ class PolicyTrainer:
         root = Path(path) / "adapter"
         return root if adapter in (None, "default") else root / adapter
 
+    def publish_adapters(self, path: str | Path) -> None:
+        """Only what an engine loads: the LoRA adapters as peft folders (`adapter_folder`), no optimizer state."""
+        Path(path).mkdir(parents=True, exist_ok=True)
+        self.model.save_pretrained(Path(path) / "adapter")
+
     def save(self, path: str | Path) -> None:
         path = Path(path)
         path.mkdir(parents=True, exist_ok=True)

@@ -110,11 +110,14 @@ def open_remote_engine(
     server: VLLMServer | None = None,
     sharing: Colocation | None = None,
     cpu_threads: int = 0,
+    published: Path | None = None,
 ) -> tuple[InferenceBackend, str, str]:
     """(the inference backend, the URL the proxy forwards to, a description). With `url` None: `server`, a vLLM
     server already started (on GPUs, before the trainer's model: agl_trainer.loop), or one started here (and
     stopped by `stack`). `sharing`: vLLM and the trainer take turns on the GPUs (agl_trainer.colocation).
-    `cpu_threads`: on a CPU, the OpenMP threads of the vLLM server started here (0: every core)."""
+    `cpu_threads`: on a CPU, the OpenMP threads of the vLLM server started here (0: every core). `published`: where
+    each version's weights are written for the engine to read (default `run_dir/published`; on a cluster, a folder
+    under the shared checkpoint folder, which every node's engine reaches)."""
     if url is None and server is None and not policy.config.lora and str(policy.device) == "cpu":
         raise EngineError(FULL_WEIGHTS_ON_CPU)
     if server is not None:
@@ -144,7 +147,7 @@ def open_remote_engine(
     assert url is not None
     # the trainer's side of each log-prob check runs on its turn of the GPUs when vLLM shares them
     checked: Any = policy if sharing is None else TrainerTurnLogprobs(policy, sharing)
-    published = run_dir / "published"
+    published = published or run_dir / "published"
     backend: RemoteAdapterEngine | RemoteWeightsEngine
     if policy.config.lora:
         backend = RemoteAdapterEngine(url, policy, published, server=server)

@@ -159,6 +159,9 @@ def open_backends(
             server=vllm,
             sharing=sharing,
             cpu_threads=cpu_threads,
+            # with a shared checkpoint folder, published versions go there, written once, where every node reads
+            # them, and nowhere else (the run's folder is on the driver's disk only)
+            published=Path(cfg.checkpoint_dir) / "published" if cfg.checkpoint_dir else None,
         )
         return Backends(
             policy=policy,

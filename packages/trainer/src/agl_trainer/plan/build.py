@@ -17,6 +17,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -214,7 +215,9 @@ def _vllm_servers(
     ]
 
 
-def _verl(req: PlanRequest, path: Path, tokens: int, warnings: list[dict[str, str]]) -> dict[str, Any]:
+def _verl(
+    req: PlanRequest, path: Path, tokens: int, warnings: list[dict[str, str]], ranks_per_node: Sequence[int]
+) -> dict[str, Any]:
     from agl_trainer.verl import VerlUnavailable, require_verl
     from agl_trainer.verl.settings import actor_settings, cuda_profile, root_config, validate
 
@@ -227,7 +230,7 @@ def _verl(req: PlanRequest, path: Path, tokens: int, warnings: list[dict[str, st
                 "change": FLASH_ATTN_HINT,
             }
         )
-    settings = actor_settings(path, cfg.policy, profile, seed=cfg.seed)
+    settings = actor_settings(path, cfg.policy, profile, seed=cfg.seed, ranks_per_node=ranks_per_node)
     out: dict[str, Any] = {
         "profile": dataclasses.asdict(profile),
         "settings": settings,
@@ -414,7 +417,11 @@ def plan_run(req: PlanRequest) -> tuple[dict[str, Any], RunPlan]:
             "vllm": None if layout.vllm is None else dataclasses.asdict(layout.vllm),
         },
         "vllm": _vllm_servers(req, path, shape, layout, longest) if vllm else [],
-        "verl": _verl(req, path, tokens, warnings) if cfg.trainer == "verl" else None,
+        "verl": (
+            _verl(req, path, tokens, warnings, layout.trainer_gpus_per_node if actors == 1 else [])
+            if cfg.trainer == "verl"
+            else None
+        ),
         "memory": {
             "gpu_memory_gib": hw.gpu_memory_gib,
             "usable_gib": round(limit, 2),

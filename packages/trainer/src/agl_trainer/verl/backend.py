@@ -181,7 +181,12 @@ class VerlPolicy:
         """verl's `actor_rollout_ref` config: its defaults, then agl's settings for this device
         (agl_trainer.verl.settings, shared with `agl train --plan`), then `overrides`, checked by verl."""
         settings = actor_settings(
-            self.model_path, self.config, self.profile, seed=seed, initial_adapter=self.initial_adapter
+            self.model_path,
+            self.config,
+            self.profile,
+            seed=seed,
+            initial_adapter=self.initial_adapter,
+            ranks_per_node=self.placement,
         )
         root = root_config(settings, overrides)
         validate(root, load_tokenizer=True)
@@ -472,6 +477,11 @@ class VerlPolicy:
         return folder
 
     # ------------------------------------------------------------------------------------------ checkpoints
+
+    def publish_adapters(self, path: str | os.PathLike[str]) -> None:
+        """Only what an engine loads: the adapter, gathered from the ranks and written once, by this process (a
+        publication is not a checkpoint: verl's shards and optimizer state stay where checkpoints go)."""
+        self.save_adapter(self.adapter_folder(path))
 
     def save(self, path: str | os.PathLike[str]) -> None:
         """verl's checkpoint (model or adapter shards, optimizer, scheduler, RNG) under `path/verl`, and with LoRA

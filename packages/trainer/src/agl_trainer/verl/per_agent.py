@@ -94,6 +94,10 @@ class PerAgentVerlPolicy:
             raise ValueError(f"no policy named {adapter!r} (policies: {sorted(self.policies)})")
         return self.policies[adapter].adapter_folder(self._folder(path, adapter))
 
+    def publish_adapters(self, path: str | os.PathLike[str]) -> None:
+        for adapter, policy in self.policies.items():
+            policy.publish_adapters(self._folder(path, adapter))
+
     def save(self, path: str | os.PathLike[str]) -> None:
         for adapter, policy in self.policies.items():
             policy.save(self._folder(path, adapter))

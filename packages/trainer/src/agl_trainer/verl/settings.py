@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import importlib.util
 import os
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -66,6 +66,16 @@ def cuda_profile(token_budget: int, *, lora: bool, flash_attention: bool | None 
     )
 
 
+def hsdp_shard_size(ranks_per_node: Sequence[int]) -> int:
+    """verl's `fsdp_size` for the trainer's ranks: with the same number on several nodes, that number (HSDP: each
+    layer sharded over one node's GPUs and replicated across nodes, so its all-gathers stay inside the node; verl
+    numbers ranks node by node, and its mesh's inner dimension is the shard group); else -1, one mesh over every
+    rank (one node, one rank a node, or nodes of different sizes). `--verl-set actor.fsdp_config.fsdp_size=-1`
+    shards across nodes anyway."""
+    nodes = [n for n in ranks_per_node if n > 0]
+    return nodes[0] if len(nodes) > 1 and len(set(nodes)) == 1 and nodes[0] > 1 else -1
+
+
 def actor_settings(
     model_path: str | os.PathLike[str],
     policy: PolicyConfig,
@@ -73,6 +83,7 @@ def actor_settings(
     *,
     seed: int = 42,
     initial_adapter: str | os.PathLike[str] | None = None,
+    ranks_per_node: Sequence[int] = (),
 ) -> dict[str, Any]:
     """agl's choices for verl's `actor_rollout_ref`, as dotted keys (the rest stays at verl's defaults)."""
     tokens = profile.token_budget
@@ -100,6 +111,7 @@ def actor_settings(
             "buffer_dtype": "fp32",
         },
         "actor.fsdp_config.seed": seed,
+        "actor.fsdp_config.fsdp_size": hsdp_shard_size(ranks_per_node),
         "actor.optim.lr": policy.lr,
         "actor.optim.weight_decay": policy.weight_decay,
         "actor.optim.betas": [0.9, 0.999],  # torch's AdamW defaults, as agl's trainer
