@@ -227,13 +227,13 @@ def test_each_version_is_loaded_once_under_its_own_name(vllm_run: Run) -> None:
         assert f"Loaded new LoRA adapter: name 'default@v{n}'" in log
     assert "Removed LoRA adapter: name 'default@v1'" in log  # the version before the previous one is dropped
     assert sorted(p.name for p in (vllm_run.run_dir / "published").iterdir()) == ["v2", "v3"]
-    # a publication is what vLLM loads, not a checkpoint: no optimizer state beside the adapter
+    # a publication is what vLLM loads, not a checkpoint: no optimizer state beside the adapter (peft adds its card)
     files = {
         p.relative_to(vllm_run.run_dir / "published" / "v3").as_posix()
         for p in (vllm_run.run_dir / "published" / "v3").rglob("*")
         if p.is_file()
     }
-    assert files == {"adapter/adapter_config.json", "adapter/adapter_model.safetensors"}, files
+    assert files - {"adapter/README.md"} == {"adapter/adapter_config.json", "adapter/adapter_model.safetensors"}, files
     assert "load_inplace" not in log and "Reloaded LoRA adapter" not in log
     served = {m["id"] for m in httpx.get(f"{vllm_run.server.url}/models").json()["data"]}
     assert served == {"base", "default@v2", "default@v3"}
