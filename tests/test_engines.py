@@ -2,7 +2,7 @@
 behind one real `agl serve`.
 
 - an attempt's first call goes to the least busy engine, and all its calls to that one while it answers;
-- the record names the engine that answered; usage is counted per engine;
+- the record names the engine that answered; usage is counted per engine, and the dashboard shows it;
 - an engine that dies mid-call fails its call cleanly (a 502, stored once, not trainable); the next calls of its
   attempts go to the survivor; nothing is stored twice;
 - the trainer adds and removes engines through the REST API; one engine behaves as before (no engine named).
@@ -85,6 +85,13 @@ def test_calls_spread_by_load_and_stay_with_their_attempts_engine(routed: tuple[
     assert sorted(e["calls"] for e in usage["engines"]) == sorted(3 * n for n in per_engine.values())
     assert usage["calls"] == 12
     assert sum(e["completion_tokens"] for e in usage["engines"]) == usage["completion_tokens"] > 0
+    # the dashboard shows them: its overview page and its JSON API, an engine a row
+    overview = httpx.get(f"{server.url}/ui/api/overview").json()
+    assert sorted(e["calls"] for e in overview["engines"]) == sorted(e["calls"] for e in usage["engines"])
+    page = httpx.get(f"{server.url}/ui").text
+    assert "<h2>Engines</h2>" in page
+    for e in usage["engines"]:
+        assert f"<tr data-engine='{e['url']}'><td>{e['url']}</td><td>yes</td><td>0</td><td>{e['calls']}</td>" in page
 
 
 def test_an_engine_that_dies_fails_its_call_once_and_its_attempts_move_on(

@@ -45,7 +45,8 @@ def add_routes(app: FastAPI, server: Any) -> None:
     async def overview_page() -> Response:
         counts = await run_in_threadpool(queries.overview, store_path)
         rows = await run_in_threadpool(run_files.metrics, run_dir)  # read once for the curve and the steps
-        return html(pages.overview(run_dir.name, counts, run_files.curve_of(rows), run_files.steps_of(rows)))
+        engines = server.proxy.engines.usage()
+        return html(pages.overview(run_dir.name, counts, run_files.curve_of(rows), run_files.steps_of(rows), engines))
 
     @app.api_route("/ui/rollouts", methods=_PAGE_METHODS, include_in_schema=False)
     async def rollouts_page(
@@ -84,8 +85,10 @@ def add_routes(app: FastAPI, server: Any) -> None:
 
     @app.get("/ui/api/overview", tags=["dashboard"])
     async def overview_api() -> dict[str, Any]:
-        """Counts of the run: rollouts by status and mode, LLM calls by attribution, model versions."""
-        return await run_in_threadpool(queries.overview, store_path)
+        """Counts of the run: rollouts by status and mode, LLM calls by attribution, model versions; and the engines
+        the proxy routes over, with their use."""
+        counts = await run_in_threadpool(queries.overview, store_path)
+        return {**counts, "engines": server.proxy.engines.usage()}
 
     @app.get("/ui/api/curve", tags=["dashboard"])
     async def curve_api() -> dict[str, list[list[float]]]:

@@ -82,11 +82,27 @@ def _steps_table(steps: Sequence[Mapping[str, Any]]) -> str:
     return f"<table id=steps><thead>{head}</thead><tbody>{rows}</tbody></table>"
 
 
+def _engines_table(engines: Sequence[Mapping[str, Any]]) -> str:
+    """The engines the proxy routes over (agl.server.engines): their use since the server started."""
+    rows = "".join(
+        f"<tr data-engine='{_e(e['url'])}'><td>{_e(e['url'])}</td><td>{'yes' if e['in_rotation'] else 'no'}</td>"
+        f"<td>{e['in_flight']}</td><td>{e['calls']}</td><td>{e['completion_tokens']}</td>"
+        f"<td>{e['busy_s']:.1f}</td><td>{e['failures']}</td><td>{_e(e['last_error'] or '')}</td></tr>"
+        for e in engines
+    )
+    return (
+        "<table><thead><tr><th>engine</th><th>in rotation</th><th>in flight</th><th>calls</th>"
+        "<th>tokens generated</th><th>busy (s)</th><th>failures</th><th>last error</th></tr></thead>"
+        f"<tbody>{rows}</tbody></table>"
+    )
+
+
 def overview(
     run_name: str,
     counts: Mapping[str, Any],
     curve: Mapping[str, list[list[float]]],
     steps: Sequence[Mapping[str, Any]] = (),
+    engines: Sequence[Mapping[str, Any]] = (),
 ) -> str:
     statuses = counts["rollouts_by_status"]
     cards = "".join(
@@ -118,6 +134,7 @@ def overview(
         "updated while the run trains</figcaption>"
         f"<script type=application/json id=curve-data>{_json_for_script(curve)}</script></figure>"
         + ("<h2>Training steps</h2>" + _steps_table(steps) if steps else "")
+        + ("<h2>Engines</h2>" + _engines_table(engines) if len(engines) > 1 else "")
         + "<h2>Model versions</h2>"
         + (
             f"<table><thead><tr><th>version</th><th>name</th><th>served as</th><th>published</th></tr></thead>"
