@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from agl_trainer.options import build_config
-from agl_trainer.plan.build import PlanRequest, make_plan
+from agl_trainer.plan.build import PlanRequest, make_plan, plan_run
 from agl_trainer.plan.hardware import Hardware
 
 MODELS = Path(__file__).parent / "data" / "models"
@@ -227,3 +227,22 @@ def test_ranks_over_several_nodes_shard_within_a_node_and_replicate_across(tmp_p
     told = make_plan(PlanRequest(cfg, TWO_NODES, flash_attention=True, verl_overrides=across))
     assert told["verl"]["config"]["actor"]["fsdp_config"]["fsdp_size"] == -1
     assert [hsdp_shard_size(p) for p in ([8, 8], [4, 4, 4], [8], [1, 1], [8, 4], [])] == [8, 4, -1, -1, -1, -1]
+
+
+def test_a_trainer_rank_given_one_of_vllms_gpus_refuses_to_run(tmp_path: Path) -> None:
+    """The split layout on a cluster the user started (issue #42): Ray knows nothing of the vLLM servers beside it,
+    so each rank checks the GPUs Ray gave it against those the plan gives vLLM, and refuses, saying how to start
+    the nodes. The plan and the run agree on which those are: each node's last ones."""
+    from agl_trainer.run_setup import split_vllm_gpus
+    from agl_trainer.verl.placement import gpu_clash
+
+    cfg = config("Qwen2.5-7B-Instruct", tmp_path)
+    _, split = plan_run(PlanRequest(cfg, TWO_NODES, rollout_gpus=2, flash_attention=True))
+    assert split.layout.mode == "split" and split_vllm_gpus(split) == (6, 7)
+    assert split.layout.trainer_gpus_per_node == [6, 6]
+    assert gpu_clash(["0", "5"], (6, 7), "10.0.0.2") is None
+    refusal = gpu_clash(["5", "7"], (6, 7), "10.0.0.2")
+    assert refusal is not None and "GPU(s) [7]" in refusal and "CUDA_VISIBLE_DEVICES=0,1,2,3,4,5" in refusal
+    assert "--num-gpus 6" in refusal and "10.0.0.2" in refusal
+    _, colocated = plan_run(PlanRequest(cfg, TWO_NODES, flash_attention=True))
+    assert colocated.layout.mode == "colocated" and split_vllm_gpus(colocated) == ()

@@ -307,6 +307,7 @@ def verl_policy(
             profile=profile,
             # the plan's ranks per node for one actor; each agent's actor asks for its own ranks
             placement=plan.layout.trainer_gpus_per_node if plan and actors == 1 else None,
+            vllm_gpus=split_vllm_gpus(plan),
         )
 
     policy: Any
@@ -318,6 +319,13 @@ def verl_policy(
         policy = make()
     stack.callback(policy.close)
     return cast(PolicyBackend, policy)
+
+
+def split_vllm_gpus(plan: RunPlan | None) -> tuple[int, ...]:
+    """In the split layout, the GPUs of each node vLLM holds: the last ones (agl_trainer.vllm_server)."""
+    if plan is None or plan.layout.mode != "split" or plan.layout.vllm is None:
+        return ()
+    return plan.layout.vllm.split_gpu_ids
 
 
 def detect_hardware_or_fail() -> Any:

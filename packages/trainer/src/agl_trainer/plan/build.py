@@ -181,11 +181,7 @@ def vllm_settings(
         data_parallel=layout.vllm.data_parallel,
         sleep_mode=layout.mode == "colocated",
         # split: the node's last K GPUs (the trainer's local Ray counts the first ones as its own)
-        gpu_ids=(
-            tuple(range(req.hardware.gpus_per_node - layout.vllm.gpus_per_server, req.hardware.gpus_per_node))
-            if layout.mode == "split"
-            else None
-        ),
+        gpu_ids=layout.vllm.split_gpu_ids if layout.mode == "split" else None,
     )
 
 

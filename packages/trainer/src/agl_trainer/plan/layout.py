@@ -32,6 +32,12 @@ class VllmLayout:
     data_parallel: int
     utilization: float
     memory: dict[str, float]  # per GPU (agl_trainer.plan.memory.vllm_memory)
+    gpus_per_node: int = 0  # the node's GPUs: in the split layout vLLM holds the last `gpus_per_server` of them
+
+    @property
+    def split_gpu_ids(self) -> tuple[int, ...]:
+        """The GPUs vLLM holds on each node in the split layout: the last ones (the trainer's are the first)."""
+        return tuple(range(self.gpus_per_node - self.gpus_per_server, self.gpus_per_node))
 
 
 @dataclass(frozen=True)
@@ -66,7 +72,7 @@ def vllm_layout(shape: ModelShape, hardware: Hardware, gpus: int, utilization: f
         if memory["kv_tokens"] >= 4 * max_model_len or tp * 2 > gpus:
             break
         tp *= 2
-    return VllmLayout(hardware.nodes, gpus, tp, max(1, gpus // tp), utilization, memory)
+    return VllmLayout(hardware.nodes, gpus, tp, max(1, gpus // tp), utilization, memory, hardware.gpus_per_node)
 
 
 def choose_layout(

@@ -38,7 +38,7 @@ from agl_trainer.verl import import_verl
 from agl_trainer.verl.batch import PackedBatch, pack, per_transition, response_values, to_worker_input
 from agl_trainer.verl.cpu import cpu_micro_batch_tokens, cpu_worker_env, select_cpu_platform_here
 from agl_trainer.verl.loss import agl_ppo_loss
-from agl_trainer.verl.placement import reserve
+from agl_trainer.verl.placement import VLLM_GPUS_ENV, reserve
 from agl_trainer.verl.settings import VerlProfile, actor_settings, cpu_profile, cuda_profile, root_config, validate
 
 log = logging.getLogger(__name__)
@@ -92,6 +92,7 @@ class VerlPolicy:
         profile: VerlProfile | None = None,
         placement: Sequence[int] | None = None,
         num_gpus: int | None = None,
+        vllm_gpus: Sequence[int] = (),
     ) -> None:
         self.verl_version = import_verl()
         if workers < 1:
@@ -135,6 +136,8 @@ class VerlPolicy:
             from agl_trainer.verl.worker import FRESH_ADAPTER_ENV
 
             self._worker_env[FRESH_ADAPTER_ENV] = str(seed)
+        if vllm_gpus:  # the split layout: each rank checks Ray gave it none of vLLM's GPUs (placement.gpu_clash)
+            self._worker_env[VLLM_GPUS_ENV] = ",".join(str(g) for g in vllm_gpus)
         try:
             self._root_config = self._verl_config(seed, overrides or {})
             self._start_workers()

@@ -57,3 +57,22 @@ def reserve(
             "(agl train --plan shows the placement), or add nodes"
         )
     return groups
+
+
+# the GPUs of each node that vLLM holds in the split layout, for the trainer's ranks to check theirs against
+VLLM_GPUS_ENV = "AGL_VLLM_GPUS"
+
+
+def gpu_clash(assigned: Sequence[int | str], vllm_gpus: Sequence[int], node: str) -> str | None:
+    """Why a trainer rank given `assigned` GPUs by Ray must not run, or None. On a cluster the user started, Ray
+    knows nothing of the vLLM servers beside it: unless each node's Ray sees only the trainer's GPUs, it may hand a
+    rank a GPU vLLM is using, and both run out of memory mid-run."""
+    clash = sorted({int(g) for g in assigned} & set(vllm_gpus))
+    if not clash:
+        return None
+    keep = ",".join(str(i) for i in range(min(vllm_gpus)))
+    return (
+        f"a trainer rank on {node} was given GPU(s) {clash} by Ray, which vLLM holds in the split layout (GPUs"
+        f" {sorted(vllm_gpus)} of each node): start each node's Ray with only the trainer's GPUs visible, e.g."
+        f" CUDA_VISIBLE_DEVICES={keep} ray start ... --num-gpus {min(vllm_gpus)}, and vLLM on the others"
+    )

@@ -27,6 +27,8 @@ from verl.utils.device import get_device_name, get_torch_device
 from verl.utils.distributed import initialize_global_process_group_ray
 from verl.workers.engine_workers import ActorRolloutRefWorker
 
+from agl_trainer.verl.placement import VLLM_GPUS_ENV, gpu_clash
+
 THREADS_ENV = "AGL_VERL_THREADS"
 # set (to the seed) when the worker writes the fresh LoRA adapter verl loads (agl_trainer.verl.adapter says why)
 FRESH_ADAPTER_ENV = "AGL_VERL_FRESH_ADAPTER_SEED"
@@ -40,6 +42,13 @@ class AglActorWorker(ActorRolloutRefWorker):  # type: ignore[misc]
         threads = int(os.environ.get(THREADS_ENV) or 0)
         if threads > 0:
             torch.set_num_threads(threads)
+        if os.environ.get(VLLM_GPUS_ENV):  # the split layout: this rank must not share a GPU with vLLM
+            import ray
+
+            vllm = [int(g) for g in os.environ[VLLM_GPUS_ENV].split(",")]
+            clash = gpu_clash(ray.get_gpu_ids(), vllm, ray.util.get_node_ip_address())
+            if clash is not None:
+                raise RuntimeError(clash)
         if get_device_name() == "cpu":
             initialize_global_process_group_ray(backend="gloo")
         else:  # what stays fp32 (the master weights' optimizer maths, norms) on tensor cores
