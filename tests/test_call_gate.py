@@ -30,20 +30,31 @@ from agl.testing.upstream import start_upstream_process
 DELAY_S = 0.4
 
 
-@pytest.fixture(scope="module")
-def slow_upstream() -> Iterator[str]:
-    proc, url = start_upstream_process(delay_s=DELAY_S)
+def upstream_taking(delay_s: float) -> Iterator[str]:
+    """A scripted upstream process answering after `delay_s`, for a module-scoped fixture."""
+    proc, url = start_upstream_process(delay_s=delay_s)
     yield url
     proc.terminate()
     proc.wait(10)
 
 
-@pytest.fixture
-def gated(tmp_path: Path, slow_upstream: str) -> Iterator[tuple[ServerProcess, Client]]:
-    server = start_server(tmp_path / "run", upstream=slow_upstream)
+def server_and_client(
+    run_dir: Path, upstream: str, extra_args: list[str] | None = None
+) -> Iterator[tuple[ServerProcess, Client]]:
+    server = start_server(run_dir, upstream=upstream, extra_args=extra_args)
     with Client(server.url) as client:
         yield server, client
     server.stop()
+
+
+@pytest.fixture(scope="module")
+def slow_upstream() -> Iterator[str]:
+    yield from upstream_taking(DELAY_S)
+
+
+@pytest.fixture
+def gated(tmp_path: Path, slow_upstream: str) -> Iterator[tuple[ServerProcess, Client]]:
+    yield from server_and_client(tmp_path / "run", slow_upstream)
 
 
 def attempt_base(server: ServerProcess, client: Client) -> tuple[str, str]:
@@ -163,18 +174,12 @@ LONG_S = 3.0  # a call in flight this long: longer than the drain bound below
 
 @pytest.fixture(scope="module")
 def very_slow_upstream() -> Iterator[str]:
-    proc, url = start_upstream_process(delay_s=LONG_S)
-    yield url
-    proc.terminate()
-    proc.wait(10)
+    yield from upstream_taking(LONG_S)
 
 
 @pytest.fixture
 def bounded(tmp_path: Path, very_slow_upstream: str) -> Iterator[tuple[ServerProcess, Client]]:
-    server = start_server(tmp_path / "run", upstream=very_slow_upstream, extra_args=["--hold-drain-timeout=0.5"])
-    with Client(server.url) as client:
-        yield server, client
-    server.stop()
+    yield from server_and_client(tmp_path / "run", very_slow_upstream, ["--hold-drain-timeout=0.5"])
 
 
 def test_a_drain_keeps_new_calls_waiting_no_longer_than_the_servers_bound(

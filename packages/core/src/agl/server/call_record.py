@@ -445,29 +445,23 @@ def _body_problem(body: Any, *, what: str) -> str | None:
 
 def answer_problem(body: Any) -> str | None:
     """What makes a complete (non-streamed) chat completion unusable, or None."""
-    problem = _body_problem(body, what="the answer")
-    if problem is not None:
-        return problem
-    choices = body.get("choices")
-    if not isinstance(choices, list):
-        return f"choices must be a list of objects, got {json_type(choices)}"
-    for i, choice in enumerate(choices):
-        problem = choice_problem(choice, f"choices[{i}]", message_key="message")
-        if problem is not None:
-            return problem
-    return None
+    return _choices_problem(body, what="the answer", where="", key="message", required=True)
 
 
 def chunk_problem(chunk: Any) -> str | None:
     """What makes one streamed chunk unusable, or None (a chunk without choices, as the usage chunk, is fine)."""
-    problem = _body_problem(chunk, what="a streamed chunk")
+    return _choices_problem(chunk, what="a streamed chunk", where="a streamed chunk's ", key="delta", required=False)
+
+
+def _choices_problem(body: Any, *, what: str, where: str, key: str, required: bool) -> str | None:
+    problem = _body_problem(body, what=what)
     if problem is not None:
         return problem
-    choices = chunk.get("choices")
-    if not _optional(choices, list):
-        return f"a streamed chunk's choices must be a list of objects, got {json_type(choices)}"
+    choices = body.get("choices")
+    if not (isinstance(choices, list) if required else _optional(choices, list)):
+        return f"{where}choices must be a list of objects, got {json_type(choices)}"
     for i, choice in enumerate(choices or []):
-        problem = choice_problem(choice, f"a streamed chunk's choices[{i}]", message_key="delta")
+        problem = choice_problem(choice, f"{where}choices[{i}]", message_key=key)
         if problem is not None:
             return problem
     return None

@@ -109,6 +109,12 @@ class EngineRouter:
             self._affinity.popitem(last=False)
         return chosen
 
+    def first_in_rotation(self) -> Engine | None:
+        """An engine to ask what every engine serves (its models): the first in rotation, else the first at all.
+        Unlike `pick`, it routes no call: no attempt's affinity and no turn is taken."""
+        now = time.monotonic()
+        return next((e for e in self.engines.values() if e.in_rotation(now)), next(iter(self.engines.values()), None))
+
     def failed(self, engine: Engine, error: str) -> None:
         """The engine could not be reached: out of rotation for `retry_after_s` (the first failure is logged)."""
         if engine.in_rotation(time.monotonic()):

@@ -136,8 +136,10 @@ class LLMProxy:
 
     async def served_models(self) -> list[str] | None:
         """The upstream's model names (None: not known; it has not answered `/models` yet)."""
-        first = self.engines.pick("")  # every engine serves the same models: ask any one in rotation
-        if self.upstream_models is None and first is not None and time.monotonic() - self._models_asked_at > 30:
+        if self.upstream_models is None and time.monotonic() - self._models_asked_at > 30:
+            first = self.engines.first_in_rotation()  # every engine serves the same models: ask any one
+            if first is None:
+                return None
             self._models_asked_at = time.monotonic()
             url = f"{first.url}/models"
             headers = {"authorization": f"Bearer {self.upstream.api_key}"} if self.upstream.api_key else {}
