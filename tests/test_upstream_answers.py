@@ -25,6 +25,7 @@ from agl.common.asgi import ThreadedServer
 from agl.common.processes import start_server
 from agl.schema import LLMCall
 from agl.server.app import ServerSettings, create_app
+from agl.server.call_record import parse_chat
 from agl.server.proxy import UpstreamConfig
 from agl.testing.upstream import read_body, respond_json
 
@@ -287,3 +288,38 @@ def test_a_large_request_body_is_parsed_off_the_event_loop(tmp_path: Path, items
     # on the loop, one probe waited out the whole parse and walk; off it, at most orjson's share of it
     print(f"slowest probe {max(latencies):.2f} s of {took:.2f} s")
     assert max(latencies) < max(0.6 * took, 0.5), (max(latencies), took)
+
+
+JSON = {"content-type": "application/json"}
+
+
+def parts_body(parts: int) -> bytes:
+    """A chat request of `parts` text parts of ~100 bytes in one message, then the scenario 'good'."""
+    part = {"type": "text", "text": "x" * 80}
+    return orjson.dumps(
+        {"model": "m", "messages": [{"role": "user", "content": [part] * parts}, {"role": "user", "content": "good"}]}
+    )
+
+
+def test_a_request_of_more_structures_than_the_cap_is_refused_before_its_parse(tmp_path: Path) -> None:
+    """A 30 MB chat request of a million one-letter content parts passed the density check (one object per 27
+    bytes) and held the interpreter in orjson's parse for about a second, stalling health and every other call:
+    past `--max-request-structures` it is refused unparsed, naming the flag."""
+    with ThreadedServer(Hostile(), lifespan="off") as upstream:
+        server = start_server(
+            tmp_path / "run", upstream=f"{upstream.url}/v1", extra_args=["--max-request-structures=4000"]
+        )
+        try:
+            _, base = attempt(server.url)
+            under = httpx.post(f"{base}/chat/completions", content=parts_body(3000), headers=JSON, timeout=60)
+            _, base = attempt(server.url)
+            over = httpx.post(f"{base}/chat/completions", content=parts_body(5000), headers=JSON, timeout=60)
+        finally:
+            server.stop()
+    assert under.status_code == 200, under.text[:300]
+    assert over.status_code == 400
+    message = over.json()["error"]["message"]
+    # 5,000 parts, the body, its list of messages, the two messages and the list of parts
+    assert "5005 JSON objects and lists" in message and "--max-request-structures" in message, message
+    # the default cap refuses the report's body (scaled down to 5 MB: 185k parts) without parsing it
+    assert "--max-request-structures" in str(parse_chat(parts_body(185_000)))

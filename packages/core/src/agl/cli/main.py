@@ -163,6 +163,14 @@ def cli() -> None:
     "--max-body-mb", default=32.0, show_default=True, type=float, help="Largest request body accepted (413 past it)."
 )
 @click.option(
+    "--max-request-structures",
+    default=131_072,
+    show_default=True,
+    type=click.IntRange(min=1),
+    help="JSON objects and lists one proxied request body may open (400 past it): parsing a million holds the"
+    " server for about a second.",
+)
+@click.option(
     "--max-spans-per-request",
     default=10_000,
     show_default=True,
@@ -235,6 +243,7 @@ def serve(
     allowed_hosts: tuple[str, ...],
     served_model: str,
     max_body_mb: float,
+    max_request_structures: int,
     max_spans_per_request: int,
     max_header_kb: float,
     header_timeout: float,
@@ -284,6 +293,7 @@ def serve(
             max_connections=upstream_connections,
             max_answer_bytes=int(upstream_max_answer_mb * 1024 * 1024),
             max_event_bytes=int(upstream_max_event_mb * 1024 * 1024),
+            max_request_structures=max_request_structures,
         ),
     )
 

@@ -504,9 +504,14 @@ async def off_loop_if_large(parse: Callable[[bytes], T], raw: bytes) -> T:
 # every 20 bytes or more, while 12 MB of empty lists, one every 3, held the interpreter lock in the JSON parser for
 # seconds (a parser thread does not help there), stalling every other request
 BYTES_PER_STRUCTURE = 8
+# and at most this many in all (`agl serve --max-request-structures`): orjson parses 111k small objects in ~40 ms
+# and 1.1M in ~0.9 s on a 2-core machine, all of it holding the interpreter lock, so health and every other call
+# waited that long. The count includes braces inside strings, so it over-counts; even so a 128k-token context of
+# JSON-heavy tool output opens about 15k, far under the cap.
+MAX_REQUEST_STRUCTURES = 131_072
 
 
-def structure_problem(raw: bytes) -> str | None:
+def structure_problem(raw: bytes, max_structures: int = MAX_REQUEST_STRUCTURES) -> str | None:
     """Why a large body is refused before it is parsed: far more objects and lists than any request holds."""
     if len(raw) <= OFF_LOOP_BYTES:
         return None
@@ -516,12 +521,17 @@ def structure_problem(raw: bytes) -> str | None:
             f"request body opens {opened} JSON objects and lists in {len(raw)} bytes (at most one per"
             f" {BYTES_PER_STRUCTURE} bytes in a body over {OFF_LOOP_BYTES // 1024} KiB)"
         )
+    if opened > max_structures:
+        return (
+            f"request body opens {opened} JSON objects and lists (counting braces and brackets inside strings);"
+            f" at most {max_structures} are parsed (agl serve --max-request-structures)"
+        )
     return None
 
 
-def parse_chat(raw: bytes) -> dict[str, Any] | str:
+def parse_chat(raw: bytes, max_structures: int = MAX_REQUEST_STRUCTURES) -> dict[str, Any] | str:
     """A chat-completions request body, parsed and checked: the body, or why it is refused (a 400)."""
-    if (dense := structure_problem(raw)) is not None:
+    if (dense := structure_problem(raw, max_structures)) is not None:
         return dense
     try:
         body = orjson.loads(raw)
@@ -531,10 +541,12 @@ def parse_chat(raw: bytes) -> dict[str, Any] | str:
     return problem if problem is not None else body
 
 
-def parse_responses(raw: bytes) -> tuple[dict[str, Any], dict[str, Any]] | str:
+def parse_responses(
+    raw: bytes, max_structures: int = MAX_REQUEST_STRUCTURES
+) -> tuple[dict[str, Any], dict[str, Any]] | str:
     """A Responses API request body, parsed, checked and translated: (the body, its chat request), or why it is
     refused (a 400)."""
-    if (dense := structure_problem(raw)) is not None:
+    if (dense := structure_problem(raw, max_structures)) is not None:
         return dense
     try:
         body = orjson.loads(raw)

@@ -16,6 +16,7 @@ import time
 from collections.abc import AsyncIterator
 from concurrent.futures import Future
 from dataclasses import dataclass
+from functools import partial
 from typing import Any
 
 import aiohttp
@@ -30,6 +31,7 @@ from agl.server import responses as responses_api
 from agl.server.call_gate import CallGate, CallMeter
 from agl.server.call_record import (
     MALFORMED,
+    MAX_REQUEST_STRUCTURES,
     OFF_LOOP_BYTES,
     CallRecord,
     event_without_logprobs,
@@ -78,6 +80,8 @@ class UpstreamConfig:
     # the first also the prompt's ids (a million-token prompt is ~8 MB); a stream without separators would
     # otherwise be buffered whole
     max_event_bytes: int = 16 * MiB
+    # the most JSON objects and lists one request body may open (agl.server.call_record says why)
+    max_request_structures: int = MAX_REQUEST_STRUCTURES
 
 
 def openai_error(status: int, message: str, type_: str, code: str | None = None) -> Response:
@@ -253,7 +257,7 @@ class LLMProxy:
 
     async def chat_completions(self, request: Request, rollout_id: str, attempt_id: str) -> Response:
         raw = await request.body()
-        parsed = await off_loop_if_large(parse_chat, raw)
+        parsed = await off_loop_if_large(partial(parse_chat, max_structures=self.upstream.max_request_structures), raw)
         if isinstance(parsed, str):
             return openai_error(400, parsed, "invalid_request_error")
         return await self.answer_chat(parsed, request, rollout_id, attempt_id, heavy=len(raw) > OFF_LOOP_BYTES)
@@ -261,7 +265,9 @@ class LLMProxy:
     async def responses(self, request: Request, rollout_id: str, attempt_id: str) -> Response:
         """The Responses API, through the chat path (agl.server.responses says why)."""
         raw = await request.body()
-        parsed = await off_loop_if_large(parse_responses, raw)
+        parsed = await off_loop_if_large(
+            partial(parse_responses, max_structures=self.upstream.max_request_structures), raw
+        )
         if isinstance(parsed, str):
             return openai_error(400, parsed, "invalid_request_error")
         body, chat = parsed
