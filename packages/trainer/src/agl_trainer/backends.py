@@ -24,6 +24,7 @@ from typing import Any, Protocol, runtime_checkable
 import httpx
 
 from agl.learn.transitions import Transition
+from agl_trainer.fan_out import each_server, engine_urls, root_of
 from agl_trainer.policy import PolicyTrainer, UpdateStats
 
 
@@ -60,12 +61,6 @@ class PolicyBackend(Protocol):
 
 class EngineError(RuntimeError):
     """The remote engine refused or failed a request the trainer depends on; the message says what to do."""
-
-
-def _root(base_url: str) -> str:
-    """`http://host:port/v1` → `http://host:port` (vLLM's development routes live at the root)."""
-    url = base_url.rstrip("/")
-    return url[: -len("/v1")] if url.endswith("/v1") else url
 
 
 def _served_models(http: httpx.Client, base_url: str) -> list[dict[str, Any]]:
@@ -107,8 +102,9 @@ class RemoteAdapterEngine:
         self.folder = Path(folder)
         self.server = server  # a `VLLMServer` agl started: checked before each publication
         self._http = httpx.Client(timeout=timeout_s)
-        # names left on a long-lived engine by an earlier run are never reused
-        taken = [re.fullmatch(r"(.+)@v(\d+)", str(m.get("id", ""))) for m in _served_models(self._http, self.base_url)]
+        # names left on a long-lived engine by an earlier run are never reused (on any of its servers)
+        served = each_server(self._urls(), lambda url: _served_models(self._http, url), server)
+        taken = [re.fullmatch(r"(.+)@v(\d+)", str(m.get("id", ""))) for models in served for m in models]
         ours = set(self.adapter_names())
         self.version = max([int(m.group(2)) for m in taken if m and m.group(1) in ours], default=0)
         self._first_version = self.version + 1
@@ -148,14 +144,21 @@ class RemoteAdapterEngine:
                 self._post("unload_lora_adapter", {"lora_name": f"{adapter}@v{old}"})
             shutil.rmtree(self.folder / f"v{old}", ignore_errors=True)  # only read when loaded: safe to delete now
 
+    def _urls(self) -> list[str]:
+        """Every server of the engine (one per node on a cluster: agl_trainer.engine_fleet)."""
+        return engine_urls(self.base_url, self.server)
+
     def _post(self, route: str, body: dict[str, Any]) -> None:
+        each_server(self._urls(), lambda url: self._post_to(url, route, body), self.server)
+
+    def _post_to(self, base_url: str, route: str, body: dict[str, Any]) -> None:
         try:
-            resp = self._http.post(f"{self.base_url}/{route}", json=body)
+            resp = self._http.post(f"{base_url}/{route}", json=body)
         except httpx.HTTPError as exc:
-            raise EngineError(f"{self.base_url}/{route} failed for {body['lora_name']!r}: {exc}") from exc
+            raise EngineError(f"{base_url}/{route} failed for {body['lora_name']!r}: {exc}") from exc
         if resp.status_code != 200:
             raise EngineError(
-                f"{self.base_url}/{route} refused {body['lora_name']!r} (HTTP {resp.status_code}): {resp.text[:500]}"
+                f"{base_url}/{route} refused {body['lora_name']!r} (HTTP {resp.status_code}): {resp.text[:500]}"
             )
 
     def close(self) -> None:
@@ -179,7 +182,7 @@ class RemoteWeightsEngine:
         verify: Callable[[], object] | None = None,
     ) -> None:
         self.base_url = base_url.rstrip("/")
-        self.root = _root(self.base_url)
+        self.root = root_of(self.base_url)
         # writes the trained weights as a model folder: the model agl's trainer updates in this process, or verl's
         # actor's, gathered on its rank 0 (never a copy that the update did not touch)
         self.save_weights = save_weights
@@ -214,18 +217,27 @@ class RemoteWeightsEngine:
         sleep, this runs between waking the weights and the KV cache (`Colocation.restore`); `serve` then skips it."""
         target = self.folder / f"v{self.version}"
         rpc = {"method": "reload_weights", "kwargs": {"weights_path": str(target.resolve())}}
-        resp = self._http.post(f"{self.root}/collective_rpc", json=rpc)
+        each_server(self._urls(), lambda url: self._reload_one(root_of(url), rpc), self.server)
+        self.loaded_version = self.version
+
+    def _urls(self) -> list[str]:
+        return engine_urls(self.base_url, self.server)
+
+    def _reload_one(self, root: str, rpc: dict[str, Any]) -> None:
+        try:
+            resp = self._http.post(f"{root}/collective_rpc", json=rpc)
+        except httpx.HTTPError as exc:
+            raise EngineError(f"{root}/collective_rpc reload_weights failed: {exc}") from exc
         if resp.status_code == 404:
             raise EngineError(
-                f"{self.root} has no /collective_rpc, so it cannot take full weights: full fine-tuning with a remote "
+                f"{root} has no /collective_rpc, so it cannot take full weights: full fine-tuning with a remote "
                 "engine needs vLLM started with VLLM_SERVER_DEV_MODE=1 (`agl train --engine vllm` does so); agl's own "
                 "engine takes LoRA adapters only: train a LoRA policy (no --full-finetune) or use the embedded engine"
             )
         if resp.status_code != 200:
             raise EngineError(
-                f"{self.root}/collective_rpc reload_weights failed (HTTP {resp.status_code}): {resp.text[:500]}"
+                f"{root}/collective_rpc reload_weights failed (HTTP {resp.status_code}): {resp.text[:500]}"
             )
-        self.loaded_version = self.version
 
     def serve(self) -> None:
         """Reload the engine's weights from the staged folder (unless done already), reset its prefix cache, check
@@ -237,15 +249,21 @@ class RemoteWeightsEngine:
         if self.verify is not None:
             self.verify()
 
-    def _reset_prefix_cache(self, attempts: int = 50) -> None:
+    def _reset_prefix_cache(self) -> None:
+        each_server(self._urls(), lambda url: self._reset_one(root_of(url)), self.server)
+
+    def _reset_one(self, root: str, attempts: int = 50) -> None:
         for _ in range(attempts):  # refused while requests hold blocks: they finish within moments here
-            resp = self._http.post(f"{self.root}/reset_prefix_cache")
+            try:
+                resp = self._http.post(f"{root}/reset_prefix_cache")
+            except httpx.HTTPError as exc:
+                raise EngineError(f"{root}/reset_prefix_cache failed: {exc}") from exc
             if resp.status_code != 200:
-                raise EngineError(f"{self.root}/reset_prefix_cache failed (HTTP {resp.status_code}): {resp.text[:300]}")
+                raise EngineError(f"{root}/reset_prefix_cache failed (HTTP {resp.status_code}): {resp.text[:300]}")
             if resp.json().get("success", True):
                 return
             time.sleep(0.2)
-        raise EngineError(f"{self.root} kept refusing to reset its prefix cache: requests are still running")
+        raise EngineError(f"{root} kept refusing to reset its prefix cache: requests are still running")
 
     def close(self) -> None:
         self._http.close()

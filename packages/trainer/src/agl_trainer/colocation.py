@@ -23,7 +23,8 @@ update's level: vLLM gets its own weights back on waking, and no reload from dis
 
 At start the same steps run without the update: vLLM is started first (it refuses to start when less than its
 share is free), put to sleep, the trainer's model loaded, the first weights written, the trainer moved off.
-Without colocation (the split layout, a CPU, agl's embedded engine) nothing sleeps and nothing moves.
+Without colocation (the split layout, a CPU, agl's embedded engine) nothing sleeps and nothing moves. On several
+nodes every step that reaches vLLM reaches each node's server at once (agl_trainer.fan_out).
 """
 
 from __future__ import annotations
@@ -36,6 +37,7 @@ import httpx
 
 from agl.learn.transitions import Transition
 from agl_trainer.backends import EngineError
+from agl_trainer.fan_out import each_server, engine_urls, root_of
 from agl_trainer.policy import UpdateStats
 
 
@@ -72,10 +74,12 @@ class Colocation:
         restore: Callable[[], None] | None = None,
         timeout_s: float = 600.0,
         log: list[str] | None = None,
+        servers: Any = None,
     ) -> None:
         if level not in (1, 2):
             raise ValueError(f"vLLM's sleep level is 1 or 2, got {level}")
         self.root = root_url.rstrip("/").removesuffix("/v1")
+        self.servers = servers  # on a cluster, every node's server (agl_trainer.engine_fleet): all sleep and wake
         self.policy = policy
         self.level = level
         self.restore = restore
@@ -84,18 +88,22 @@ class Colocation:
         self._http = httpx.Client(timeout=timeout_s)
 
     def _post(self, route: str, **params: Any) -> None:
+        urls = engine_urls(self.root, self.servers)
+        each_server(urls, lambda url: self._post_to(root_of(url), route, params), self.servers)
+
+    def _post_to(self, root: str, route: str, params: dict[str, Any]) -> None:
         try:
-            resp = self._http.post(f"{self.root}{route}", params=params or None)
+            resp = self._http.post(f"{root}{route}", params=params or None)
         except httpx.HTTPError as exc:
-            raise EngineError(f"vLLM at {self.root}: {route} failed: {exc}") from exc
+            raise EngineError(f"vLLM at {root}: {route} failed: {exc}") from exc
         if resp.status_code == 404:
             raise EngineError(
-                f"vLLM at {self.root} has no {route}: colocation needs vLLM started with --enable-sleep-mode and "
+                f"vLLM at {root} has no {route}: colocation needs vLLM started with --enable-sleep-mode and "
                 "VLLM_SERVER_DEV_MODE=1 (agl train --engine vllm does so on GPUs), or give vLLM GPUs of its own "
                 "(--rollout-gpus)"
             )
         if resp.status_code != 200:
-            raise EngineError(f"vLLM at {self.root}: {route} answered {resp.status_code}: {resp.text[:300]}")
+            raise EngineError(f"vLLM at {root}: {route} answered {resp.status_code}: {resp.text[:300]}")
 
     def sleep_engine(self, level: int | None = None) -> None:
         level = self.level if level is None else level

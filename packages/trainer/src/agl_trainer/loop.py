@@ -56,6 +56,7 @@ from agl_trainer.checkpoints import (
 from agl_trainer.colocation import Colocation, update_and_publish
 from agl_trainer.config import TrainConfig as TrainConfig  # re-exported: the run and its config, together
 from agl_trainer.engine import BASE_MODEL
+from agl_trainer.engine_fleet import EngineFleet
 from agl_trainer.evaluation import evaluate
 from agl_trainer.memory import give_back
 from agl_trainer.metrics import MetricsLog
@@ -88,6 +89,7 @@ class TrainingRun:
     inference: InferenceBackend
     weights_lock: contextlib.AbstractContextManager[Any]  # held while the weights change: no generation meanwhile
     upstream_model: str | None
+    fleet: EngineFleet | None = None  # on several nodes: the vLLM servers agl started on each
 
     def __init__(
         self, config: TrainConfig, console: Console | None = None, air_rules: Sequence[AirRule] | None = None
@@ -137,8 +139,10 @@ class TrainingRun:
         # each transition's log-probs at the temperature its response was sampled with.
         eval_temperature = cfg.temperature if cfg.eval_temperature is None else cfg.eval_temperature
         sampling = [f"--temperature={cfg.temperature}", f"--eval-temperature={eval_temperature}"]
+        # on several nodes the proxy routes over every node's server (agl.server.engines)
+        more = [f"--upstream={url}" for url in (self.fleet.urls()[1:] if self.fleet else [])]
         self.server: ServerProcess = start_server(
-            self.run_dir, upstream=upstream, extra_args=["--log-level=warning", *sampling]
+            self.run_dir, upstream=upstream, extra_args=["--log-level=warning", *sampling, *more]
         )
         stack.callback(self.server.stop)
         for i in range(cfg.workers):
@@ -152,6 +156,8 @@ class TrainingRun:
             )
         stack.callback(self._stop_workers)
         self.client = stack.enter_context(Client(self.server.url))
+        if self.fleet is not None:  # a server that stops leaves the proxy's rotation; the run goes on with the rest
+            self.fleet.on_lost.append(self.client.remove_engine)
         self.rollouts = RolloutQueue(
             self.client, cfg, rules=self.rules, workers=self.workers, logs=self.run_dir / "logs", console=self.console
         )
@@ -176,6 +182,7 @@ class TrainingRun:
         )
         self.policy, self.inference, self.weights_lock = opened.policy, opened.inference, opened.weights_lock
         self.upstream_model, self.sharing, self._sync_engine = opened.upstream_model, opened.sharing, opened.sync_engine
+        self.fleet = opened.fleet
         return opened.upstream, opened.where
 
     def _publish(self, step: int, **metadata: Any) -> None:

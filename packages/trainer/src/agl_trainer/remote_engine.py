@@ -18,6 +18,8 @@ from agl_trainer.backends import EngineError, InferenceBackend, RemoteAdapterEng
 from agl_trainer.chat_format import engine_chat_template
 from agl_trainer.colocation import Colocation, TrainerTurnLogprobs, publish_first_weights
 from agl_trainer.engine_check import check_served_logprobs
+from agl_trainer.engine_fleet import EngineFleet
+from agl_trainer.fan_out import engine_urls
 from agl_trainer.policy import PolicyTrainer
 from agl_trainer.serving import DEFAULT_MAX_TOKENS
 from agl_trainer.vllm_server import VLLMServer, VLLMSettings
@@ -33,6 +35,85 @@ FULL_WEIGHTS_ON_CPU = (
 )
 
 
+class AglEngineProcess:
+    """`agl engine` serving `model` in a child process (a `NodeServer` of agl_trainer.engine_fleet): `url` ends in
+    /v1 once `start` returns. Its stderr goes to `log_path` (appended), else nowhere. It binds loopback only (it has
+    no authentication): on a cluster, vLLM serves; this serves tests and one-machine runs."""
+
+    def __init__(
+        self,
+        model: str | Path,
+        *,
+        device: str = "cpu",
+        max_batch: int | None = None,
+        host: str = "127.0.0.1",
+        log_path: Path | None = None,
+        die_with_parent: bool = False,
+    ) -> None:
+        self.cmd = [sys.executable, "-m", "agl.cli.main", "engine", f"--model={model}", "--port=0"]
+        self.cmd += [f"--device={device}", f"--host={host}"]
+        if max_batch is not None:
+            self.cmd.append(f"--max-batch={max_batch}")
+        self.log_path = log_path
+        self.die_with_parent = die_with_parent
+        self.proc: subprocess.Popen[str] | None = None
+        self.url = ""
+
+    def start(self, timeout_s: float = 120.0) -> AglEngineProcess:
+        from agl.common.processes import killed_with_parent, read_ready_line
+
+        log: IO[str] | int = subprocess.DEVNULL
+        if self.log_path is not None:
+            self.log_path.parent.mkdir(parents=True, exist_ok=True)
+            log = self.log_path.open("a")
+        self.proc = subprocess.Popen(
+            self.cmd,
+            stdout=subprocess.PIPE,
+            stderr=log,
+            text=True,
+            preexec_fn=killed_with_parent() if self.die_with_parent else None,
+        )
+        if not isinstance(log, int):
+            log.close()  # the child holds its own copy
+        try:
+            self.url = read_ready_line(self.proc, "AGL_ENGINE_READY", timeout_s)
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    def check_alive(self) -> None:
+        if self.proc is not None and self.proc.poll() is not None:
+            raise EngineError(
+                f"agl engine exited with code {self.proc.returncode}; the end of {self.log_path}:\n{self.log_tail()}"
+            )
+
+    def log_tail(self, lines: int = 40) -> str:
+        try:
+            text = self.log_path.read_text(errors="replace") if self.log_path is not None else "(no log)"
+        except OSError:
+            return "(no log)"
+        return "\n".join(text.splitlines()[-lines:])
+
+    def stop(self) -> None:
+        proc, self.proc = self.proc, None
+        if proc is None:
+            return
+        proc.terminate()
+        try:
+            proc.wait(30)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
+def agl_engine_on_node(model: str, log_dir: Path, address: str, node_label: str) -> AglEngineProcess:
+    """`engine_fleet.Launch` for `agl engine`, for clusters of one machine (tests): it listens on loopback whatever
+    the node's address (it has no authentication), so a driver on another machine could not reach it."""
+    log_path = log_dir / f"engine-{node_label}.log"
+    return AglEngineProcess(model, host="127.0.0.1", log_path=log_path, die_with_parent=True).start()
+
+
 @contextmanager
 def agl_engine(
     model: str | Path,
@@ -42,25 +123,13 @@ def agl_engine(
     log_path: Path | None = None,
     timeout_s: float = 120.0,
 ) -> Iterator[str]:
-    """`agl engine` serving `model` in a child process: its base URL (ending in /v1) once it accepts requests.
-    Its stderr goes to `log_path` (appended), else nowhere; it is stopped on leaving, killed if it lingers."""
-    from agl.common.processes import read_ready_line
-
-    cmd = [sys.executable, "-m", "agl.cli.main", "engine", f"--model={model}", "--port=0", f"--device={device}"]
-    if max_batch is not None:
-        cmd.append(f"--max-batch={max_batch}")
-    with ExitStack() as stack:
-        log: IO[str] | int = stack.enter_context(log_path.open("a")) if log_path else subprocess.DEVNULL
-        proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=log, text=True)
-        try:
-            yield read_ready_line(proc, "AGL_ENGINE_READY", timeout_s)
-        finally:
-            proc.terminate()
-            try:
-                proc.wait(30)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
+    """`agl engine` serving `model` in a child process: its base URL (ending in /v1) once it accepts requests;
+    stopped on leaving, killed if it lingers."""
+    engine = AglEngineProcess(model, device=device, max_batch=max_batch, log_path=log_path).start(timeout_s)
+    try:
+        yield engine.url
+    finally:
+        engine.stop()
 
 
 def start_vllm(
@@ -107,7 +176,7 @@ def open_remote_engine(
     run_dir: Path,
     console: Console,
     stack: ExitStack,
-    server: VLLMServer | None = None,
+    server: VLLMServer | EngineFleet | None = None,
     sharing: Colocation | None = None,
     cpu_threads: int = 0,
     published: Path | None = None,
@@ -120,7 +189,10 @@ def open_remote_engine(
     under the shared checkpoint folder, which every node's engine reaches)."""
     if url is None and server is None and not policy.config.lora and str(policy.device) == "cpu":
         raise EngineError(FULL_WEIGHTS_ON_CPU)
-    if server is not None:
+    if isinstance(server, EngineFleet):
+        url = server.url
+        where = f"vLLM on {server.describe()} (started in {server.startup_s:.0f} s)"
+    elif server is not None:
         url = server.url
         where = f"vLLM at {url} (started in {server.startup_s or 0:.0f} s, log {server.settings.log_path})"
     elif url is None:
@@ -154,8 +226,9 @@ def open_remote_engine(
     else:
         served_url = url
 
-        def verify() -> None:  # each reload must serve the trainer's log-probs, or the run stops here
-            check_served_logprobs(served_url, checked, [(backend.served_name("default"), None)])
+        def verify() -> None:  # each reload must serve the trainer's log-probs on every server, or the run stops
+            for each in engine_urls(served_url, server):
+                check_served_logprobs(each, checked, [(backend.served_name("default"), None)])
 
         # the weights the update changed: verl's actor's (gathered on its rank 0), else the model trained here
         save_policy = getattr(policy, "save_pretrained", None)
@@ -183,6 +256,7 @@ def open_remote_engine(
     agents = {adapter: agent for agent, adapter in sorted(policy.agent_adapters.items(), reverse=True)}
     adapters = backend.adapter_names() if isinstance(backend, RemoteAdapterEngine) else ["default"]
     served = [(backend.served_name(a), agents.get(a)) for a in adapters]
-    for result in check_served_logprobs(url, checked, served):
-        console.print(f"  log-prob check · {result.line()}", style="dim")
+    for each in engine_urls(url, server):  # every node's server serves the trainer's weights
+        for result in check_served_logprobs(each, checked, served):
+            console.print(f"  log-prob check · {each} · {result.line()}", style="dim")
     return backend, url, where

@@ -20,6 +20,7 @@ from agl_trainer.backends import InferenceBackend, PolicyBackend
 from agl_trainer.colocation import Colocation
 from agl_trainer.config import TrainConfig
 from agl_trainer.engine import BASE_MODEL, Engine
+from agl_trainer.engine_fleet import EngineFleet
 from agl_trainer.models import load_model, load_tokenizer, pick_device
 from agl_trainer.plan.build import PlanRequest, RunPlan
 from agl_trainer.plan.hardware import Hardware
@@ -40,6 +41,8 @@ class Backends:
     sync_engine: Callable[[], None] | None
     upstream: str  # the URL the proxy forwards to
     where: str  # a description of the engine, for the run's first line
+    # on several nodes, the servers agl started on each (the proxy routes over all; a lost one leaves its rotation)
+    fleet: EngineFleet | None = None
 
 
 def gpu_plan(config: TrainConfig, run_dir: Path, console: Console) -> RunPlan | None:
@@ -172,6 +175,7 @@ def open_backends(
             sync_engine=None,
             upstream=upstream,
             where=where,
+            fleet=vllm if isinstance(vllm, EngineFleet) else None,
         )
     sync_engine: Callable[[], None] | None = None
     if cfg.trainer == "verl":  # the embedded engine generates with `model`, which verl's update leaves as it was
@@ -235,10 +239,11 @@ def split_cores_with_vllm(config: TrainConfig, policy: PolicyBackend, console: C
 
 def start_vllm_first(
     config: TrainConfig, plan: RunPlan, path: Path, stack: ExitStack, console: Console
-) -> tuple[VLLMServer, Colocation | None]:
-    """vLLM before the trainer's model: it refuses to start unless its share of the GPU is free. On colocated
-    GPUs it then sleeps until the trainer's first weights are written (agl_trainer.colocation): the server, and
-    its turns with the trainer there."""
+) -> tuple[VLLMServer | EngineFleet, Colocation | None]:
+    """vLLM before the trainer's model: it refuses to start unless its share of the GPU is free. Planned on a Ray
+    cluster, one server on each of its GPU nodes (agl_trainer.engine_fleet); else one on this machine. On colocated
+    GPUs they then sleep until the trainer's first weights are written (agl_trainer.colocation): the server(s),
+    and their turns with the trainer there."""
     from transformers import AutoTokenizer
 
     from agl_trainer.chat_format import engine_chat_template
@@ -247,16 +252,38 @@ def start_vllm_first(
     cfg = config
     template = engine_chat_template(AutoTokenizer.from_pretrained(path))
     python = str(find_vllm_python(cfg.vllm_python))
-    request = PlanRequest(cfg, detect_hardware_or_fail())
+    hardware = plan.hardware if plan.hardware is not None else detect_hardware_or_fail()
+    request = PlanRequest(cfg, hardware)
     settings = vllm_settings(request, path, plan.shape, plan.layout, plan.longest, python, template)
-    server = VLLMServer(settings, console).start()
+    server: VLLMServer | EngineFleet
+    if hardware.node_ids:
+        server = start_fleet(settings, plan, hardware, console)
+    else:
+        server = VLLMServer(settings, console).start()
     stack.callback(server.stop)
     sharing = None
     if plan.layout.mode == "colocated":
-        sharing = Colocation(server.url, _NoPolicyYet(), level=1 if cfg.policy.lora else 2)
+        servers = server if isinstance(server, EngineFleet) else None
+        sharing = Colocation(server.url, _NoPolicyYet(), level=1 if cfg.policy.lora else 2, servers=servers)
         stack.callback(sharing.close)
         sharing.sleep_engine()
     return server, sharing
+
+
+def start_fleet(settings: Any, plan: RunPlan, hardware: Any, console: Console) -> EngineFleet:
+    """The plan's vLLM server on each GPU node of the Ray cluster, through Ray (agl_trainer.engine_fleet). Split,
+    each asks Ray for its GPUs, which then never go to a trainer rank; vLLM runs on whichever ones Ray gives it."""
+    import dataclasses
+
+    from agl_trainer.engine_fleet import vllm_on_node
+
+    split = plan.layout.mode == "split" and plan.layout.vllm is not None
+    gpus = plan.layout.vllm.gpus_per_server if split and plan.layout.vllm is not None else 0
+    settings = dataclasses.replace(settings, gpu_ids=None)  # Ray's CUDA_VISIBLE_DEVICES, not the node's last K
+    nodes = list(zip(hardware.node_ids, hardware.node_names, strict=True))
+    return EngineFleet.start(
+        partial(vllm_on_node, settings), nodes, gpus_per_server=gpus, console=console, settings=settings
+    )
 
 
 def verl_policy(
@@ -325,6 +352,8 @@ def split_vllm_gpus(plan: RunPlan | None) -> tuple[int, ...]:
     """In the split layout, the GPUs of each node vLLM holds: the last ones (agl_trainer.vllm_server)."""
     if plan is None or plan.layout.mode != "split" or plan.layout.vllm is None:
         return ()
+    if plan.hardware is not None and plan.hardware.node_ids:
+        return ()  # agl's servers asked Ray for their GPUs (start_fleet): Ray gives no rank one of them
     return plan.layout.vllm.split_gpu_ids
 
 

@@ -71,6 +71,7 @@ from typing import Any, TextIO
 import httpx
 from rich.console import Console
 
+from agl.common.processes import killed_with_parent
 from agl_trainer.backends import EngineError
 
 ENV_PYTHON = "AGL_VLLM_PYTHON"
@@ -243,8 +244,11 @@ def vllm_env_changes(s: VLLMSettings, cpu_threads: int | None = None) -> dict[st
 class VLLMServer:
     """A vLLM OpenAI server in a child process group; `url` ends in `/v1`."""
 
-    def __init__(self, settings: VLLMSettings, console: Console | None = None) -> None:
+    def __init__(
+        self, settings: VLLMSettings, console: Console | None = None, *, die_with_parent: bool = False
+    ) -> None:
         self.settings = settings
+        self.die_with_parent = die_with_parent  # started by a fleet's Ray actor: killed if the actor dies
         self.console = console or Console(stderr=True)
         self.python = find_vllm_python(settings.python)
         self.port = settings.port or _free_port(settings.host)
@@ -298,6 +302,7 @@ class VLLMServer:
             stderr=subprocess.STDOUT,
             env=env,
             start_new_session=True,  # its own process group: stop() reaches the engine core and workers too
+            preexec_fn=killed_with_parent() if self.die_with_parent else None,
         )
         self._stop_on_sigterm()
         try:

@@ -9,6 +9,7 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO
@@ -139,3 +140,20 @@ def start_worker(
         stderr=out,
         env={**os.environ, **(env or {})},
     )
+
+
+def killed_with_parent() -> Callable[[], None] | None:
+    """A `preexec_fn` that has the kernel SIGKILL the child when the thread that started it ends (Linux's
+    `PR_SET_PDEATHSIG`), or None elsewhere: for servers started by a Ray actor, which may die without stopping
+    them. libc is loaded here, before the fork: a child between fork and exec must not import or load anything."""
+    if not sys.platform.startswith("linux"):
+        return None
+    import ctypes
+
+    prctl = ctypes.CDLL(None, use_errno=True).prctl
+    pr_set_pdeathsig, sigkill = 1, int(signal.SIGKILL)
+
+    def preexec() -> None:
+        prctl(pr_set_pdeathsig, sigkill, 0, 0, 0)
+
+    return preexec

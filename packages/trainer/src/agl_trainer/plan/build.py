@@ -279,6 +279,7 @@ class RunPlan:
     token_budget: int
     fits: bool
     refusal: str | None
+    hardware: Hardware | None = None  # what it was planned for
 
 
 def make_plan(req: PlanRequest) -> dict[str, Any]:
@@ -329,15 +330,10 @@ def plan_run(req: PlanRequest) -> tuple[dict[str, Any], RunPlan]:
     if hw.nodes > 1 and not cfg.ray_address:
         warnings.append(
             {
-                "message": f"{hw.nodes} nodes need a Ray cluster spanning them",
+                "message": f"{hw.nodes} nodes need a Ray cluster spanning them: verl's ranks"
+                + (" and each node's vLLM server (listed) are" if vllm else " are")
+                + " started through it",
                 "change": "start Ray on each node (ray start --head / --address) and pass --ray-address",
-            }
-        )
-    if vllm and hw.nodes > 1:
-        warnings.append(
-            {
-                "message": "agl starts the vLLM server of the node it runs on; the other nodes' servers are listed",
-                "change": "start each listed server on its node (same argv and env) and point the proxy at them",
             }
         )
     if not vllm and shape.params > 3e9:
@@ -432,7 +428,7 @@ def plan_run(req: PlanRequest) -> tuple[dict[str, Any], RunPlan]:
         "fits": fits,
         "refusal": refusal,
     }
-    return plan, RunPlan(path, shape, layout, longest, tokens, fits, refusal)
+    return plan, RunPlan(path, shape, layout, longest, tokens, fits, refusal, hw)
 
 
 def _vllm_knob(shape: ModelShape, hw: Hardware, layout: Layout, longest: int) -> str:

@@ -128,6 +128,7 @@ def hardware_of(nodes: Sequence[Mapping[str, Any]], *, gpu_memory_gib: float | N
         gpu_name="/".join(named) or None,
         node_names=tuple(counts),
         gpu_memory_from=source,
+        node_ids=tuple(str(n.get("NodeID", "")) for n in gpu_nodes),
     )
     hardware.validate()
     return hardware

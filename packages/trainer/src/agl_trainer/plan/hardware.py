@@ -15,6 +15,8 @@ class Hardware:
     # read off a Ray cluster: its GPU nodes as "<ip> (node <id>)", and where the memory per GPU came from
     node_names: tuple[str, ...] = ()
     gpu_memory_from: str | None = None
+    # and their Ray node ids, in the same order: where agl starts each node's vLLM server (agl_trainer.engine_fleet)
+    node_ids: tuple[str, ...] = ()
 
     @property
     def gpus(self) -> int:
