@@ -111,11 +111,14 @@ def fleet_run(address: str, model_dir: str, run_dir: str) -> None:
         assert hardware is not None
         out["cluster_nodes"] = list(hardware.node_ids)
         nodes = list(zip(hardware.node_ids, hardware.node_names, strict=True))
-        fleet = EngineFleet.start(partial(agl_engine_on_node, model_dir, run / "logs"), nodes, timeout_s=300)
+        # the split layout: each server asks Ray for one of its node's two GPUs
+        launch = partial(agl_engine_on_node, model_dir, run / "logs")
+        fleet = EngineFleet.start(launch, nodes, gpus_per_server=1, timeout_s=300)
         server = None
         try:
             out["urls"] = fleet.urls()
             out["members"] = [m.node for m in fleet.members]
+            out["split"] = split_layout_pinned(fleet)
             model, tokenizer = load_model(Path(model_dir), device="cpu")
             torch.manual_seed(0)
             policy = PolicyTrainer(wrap_lora(model, PolicyConfig()), PolicyConfig(), pad_id=tokenizer.pad_token_id)
@@ -192,6 +195,37 @@ def fleet_run(address: str, model_dir: str, run_dir: str) -> None:
     print(json.dumps(out))
 
 
+def split_layout_pinned(fleet: Any) -> dict[str, Any]:
+    """Where the trainer's ranks land beside servers that hold a GPU each: (each node's server GPU, the rank's)."""
+    import ray
+    from ray.util.placement_group import remove_placement_group
+    from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
+
+    from agl_trainer.verl.placement import reserve
+
+    @ray.remote(num_gpus=1, num_cpus=1)
+    def rank() -> tuple[str, list[str]]:
+        return ray.get_runtime_context().get_node_id(), [str(g) for g in ray.get_gpu_ids()]
+
+    found: dict[str, Any] = {"servers": {}, "ranks": {}}
+    for member in fleet.members:  # vLLM's GPUs: what Ray set for the server (its environment)
+        environ = Path(f"/proc/{member.pid}/environ").read_bytes().split(b"\0")
+        visible = [e.split(b"=", 1)[1].decode() for e in environ if e.startswith(b"CUDA_VISIBLE_DEVICES=")]
+        found["servers"][member.node_id] = visible
+    groups = reserve([1, 1], gpu_resource="GPU", timeout_s=60)
+    for group in groups:
+        node, gpus = ray.get(rank.options(scheduling_strategy=PlacementGroupSchedulingStrategy(group, 0)).remote())
+        found["ranks"][node] = gpus
+    for group in groups:
+        remove_placement_group(group)
+    try:  # two ranks on a node whose other GPU a server holds: Ray cannot place them
+        reserve([2], gpu_resource="GPU", timeout_s=5)
+        found["two_per_node"] = "placed"
+    except RuntimeError as exc:
+        found["two_per_node"] = str(exc)
+    return found
+
+
 @pytest.mark.slow
 @pytest.mark.skipif(importlib.util.find_spec("ray") is None, reason="needs Ray (the trainer's verl extra)")
 def test_a_server_per_node_through_ray_with_fan_out_routing_and_loss(tmp_path: Path, tiny_model_dir: Path) -> None:
@@ -207,6 +241,14 @@ def test_a_server_per_node_through_ray_with_fan_out_routing_and_loss(tmp_path: P
     out = json.loads(done.stdout.strip().splitlines()[-1])
     # one server on each node of the cluster, each pinned there (EngineFleet.start checks Ray put it there)
     assert len(out["cluster_nodes"]) == 2 and len(set(out["urls"])) == 2 and len(out["members"]) == 2
+    # split: each server runs on the GPU Ray gave it, each trainer rank on its node's other GPU, and a node's two
+    # GPUs cannot both go to the trainer
+    split = out["split"]
+    assert sorted(split["servers"]) == sorted(split["ranks"]) == sorted(out["cluster_nodes"])
+    for node, visible in split["servers"].items():
+        assert len(visible) == 1 and visible[0] in ("0", "1") and len(split["ranks"][node]) == 1
+        assert visible[0] not in split["ranks"][node], split
+    assert "could not place the trainer's ranks" in split["two_per_node"]
     # the publication reached both
     assert all("default@v1" in names for names in out["served_v1"]), out["served_v1"]
     # the proxy routed over both, each call named with its engine

@@ -107,6 +107,7 @@ class Member:
     url: str  # base URL, ending in /v1
     actor: Any
     pid: int | None = None  # the server's first process, on its node
+    node_id: str = ""  # its Ray node
 
 
 @dataclass
@@ -167,7 +168,7 @@ class EngineFleet:
             if started["node_id"] != node_id:  # soft=False: Ray never runs it elsewhere; said, should that change
                 failures.append(f"{name}: its server started on node {started['node_id'][:8]}, not this one")
                 continue
-            fleet.members.append(Member(name, started["url"], actor, started["server_pid"]))
+            fleet.members.append(Member(name, started["url"], actor, started["server_pid"], node_id))
         if failures:
             fleet.members = [Member(name, "", a) for a, (_, name) in zip(actors, nodes, strict=True)]
             fleet.stop()
