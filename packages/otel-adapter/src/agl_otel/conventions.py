@@ -22,6 +22,7 @@ Read from (2026-11):
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
@@ -46,6 +47,9 @@ class Convention:
     error_attributes: tuple[str, ...] = field(default=("error.type",))
     span_names: frozenset[str] = frozenset()  # the span's own name must be one of these (empty: any name)
     by_span_name: bool = False  # the span's own name must have name_prefix / name_suffix
+    # (attribute, key): the name as a key of a JSON object an attribute holds as text (OpenInference's `metadata`),
+    # tried after name_attributes; a key may be a dotted path ("a.b")
+    name_json: tuple[tuple[str, str], ...] = ()
 
 
 GENAI = "OpenTelemetry GenAI semantic conventions 1.37-1.38"
@@ -150,7 +154,11 @@ def match(span_name: str, attributes: Mapping[str, Any] | None, kind: Kind | Non
             key in attrs and (not values or str(attrs[key]) in values) for key, values in convention.when.items()
         ):
             continue
-        name = _first(attrs, convention.name_attributes) or _from_span_name(span_name, convention)
+        name = (
+            _first(attrs, convention.name_attributes)
+            or _from_json(attrs, convention.name_json)
+            or _from_span_name(span_name, convention)
+        )
         if not name:
             continue
         return Match(
@@ -173,6 +181,25 @@ def _first(attrs: Mapping[str, Any], keys: tuple[str, ...]) -> Any:
     for key in keys:
         value = attrs.get(key)
         if value is not None and value != "":
+            return value
+    return None
+
+
+def _from_json(attrs: Mapping[str, Any], places: tuple[tuple[str, str], ...]) -> Any:
+    """The first (attribute, dotted key) of `places` whose attribute holds a JSON object (as text, or a mapping)
+    with a non-empty value at that key."""
+    for attribute, key in places:
+        value: Any = attrs.get(attribute)
+        if isinstance(value, str):
+            if not value.startswith("{"):
+                continue
+            try:
+                value = json.loads(value)
+            except ValueError:
+                continue
+        for part in key.split("."):
+            value = value.get(part) if isinstance(value, Mapping) else None
+        if isinstance(value, (str, int)) and value != "":
             return value
     return None
 
