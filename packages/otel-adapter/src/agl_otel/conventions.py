@@ -50,6 +50,10 @@ class Convention:
     # (attribute, key): the name as a key of a JSON object an attribute holds as text (OpenInference's `metadata`),
     # tried after name_attributes; a key may be a dotted path ("a.b")
     name_json: tuple[tuple[str, str], ...] = ()
+    # (attribute, status key, message key): a JSON object an attribute holds whose status key says "error" marks a
+    # failure the span's status does not (a LangChain tool whose error the agent handled: a ToolMessage of status
+    # "error"); the failure's message is at the message key
+    error_json: tuple[tuple[str, str, str], ...] = ()
 
 
 GENAI = "OpenTelemetry GenAI semantic conventions 1.37-1.38"
@@ -99,9 +103,12 @@ CONVENTIONS: tuple[Convention, ...] = (
         "tool",
         {"openinference.span.kind": frozenset({"TOOL"})},
         name_attributes=("tool.name",),
-        arguments_attributes=("tool.parameters", "input.value"),
+        # `tool.parameters` is the tool's JSON schema, not this call's arguments: those are its input
+        arguments_attributes=("input.value",),
         result_attributes=("output.value",),
         error_attributes=("exception.type", "error.type"),
+        # openinference-instrumentation-langchain 0.1.80 dumps the tool's ToolMessage as {"type": "tool", "data": {...}}
+        error_json=(("output.value", "data.status", "data.content"),),
     ),
     Convention(
         PYDANTIC_AI_V2,
@@ -173,8 +180,16 @@ def match(span_name: str, attributes: Mapping[str, Any] | None, kind: Kind | Non
 
 
 def error_type(attributes: Mapping[str, Any] | None, convention: Convention) -> str | None:
-    """The failure the span's attributes name (`error.type`, OpenInference's `exception.type`), if any."""
-    return _text(_first(attributes or {}, convention.error_attributes))
+    """The failure the span's attributes name (`error.type`, OpenInference's `exception.type`, an error status in
+    a JSON result), if any."""
+    attrs = attributes or {}
+    named = _text(_first(attrs, convention.error_attributes))
+    if named is not None:
+        return named
+    for attribute, status_key, message_key in convention.error_json:
+        if _from_json(attrs, ((attribute, status_key),)) == "error":
+            return _text(_from_json(attrs, ((attribute, message_key),))) or "error"
+    return None
 
 
 def _first(attrs: Mapping[str, Any], keys: tuple[str, ...]) -> Any:

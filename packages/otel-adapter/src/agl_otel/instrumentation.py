@@ -22,6 +22,7 @@ from opentelemetry import trace
 from opentelemetry.sdk.trace import TracerProvider
 
 from agl.capture.instrumentation import Instrumentor
+from agl_otel import runtime_agents
 from agl_otel.processor import AglSpanProcessor
 
 log = logging.getLogger(__name__)
@@ -42,6 +43,7 @@ class OTelInstrumentor(Instrumentor):
             self.processor = AglSpanProcessor()
             self._with_processor = weakref.WeakSet()
         self.processor.enabled = True
+        runtime_agents.install()  # frameworks whose instrumentors name the agent only at a span's end
         if self.requested is not None:
             self.add_to(self.requested)
             return
@@ -63,6 +65,7 @@ class OTelInstrumentor(Instrumentor):
         self.wrap(trace, "set_tracer_provider", self._taking_over)
 
     def _uninstrument(self) -> None:
+        runtime_agents.uninstall()
         if self.processor is not None:
             self.processor.enabled = False
 

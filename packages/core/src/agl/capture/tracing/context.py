@@ -163,15 +163,47 @@ def external_llm_intended(host: str, port: int | None) -> bool:
     return host in allowed or (port is not None and f"{host}:{port}" in allowed)
 
 
-def current_agent() -> str | None:
-    """The name of the agent scope this code runs in, or None."""
+# Where the acting agent comes from when no agl scope is open: a framework's own runtime state, read at the moment
+# a call is made (agl_otel registers them for instrumentors that name the agent only when its span ends).
+AgentResolver = Callable[[], tuple[str, str | None] | None]
+_resolvers: list[AgentResolver] = []
+
+
+def add_agent_resolver(resolver: AgentResolver) -> None:
+    """Consult `resolver()` (→ (name, key) or None) for the acting agent wherever no agent scope is open; it must be
+    cheap and never raise. Added once, however often called."""
+    if resolver not in _resolvers:
+        _resolvers.append(resolver)
+
+
+def remove_agent_resolver(resolver: AgentResolver) -> None:
+    if resolver in _resolvers:
+        _resolvers.remove(resolver)
+
+
+def _acting() -> tuple[str, str | None] | None:
     acting = _agent.get()
+    if acting is not None or not _resolvers:
+        return acting
+    for resolver in _resolvers:
+        try:
+            found = resolver()
+        except Exception:  # a framework's internals changed under it: no name, never a failed call
+            continue
+        if found is not None and found[0]:
+            return found
+    return None
+
+
+def current_agent() -> str | None:
+    """The name of the agent scope this code runs in (else what a registered resolver says), or None."""
+    acting = _acting()
     return None if acting is None else acting[0]
 
 
 def current_agent_key() -> str | None:
     """The stable second name of the acting agent, if its scope gave one."""
-    acting = _agent.get()
+    acting = _acting()
     return None if acting is None else acting[1]
 
 
