@@ -53,6 +53,7 @@ class _LlamaIndexAgents:
 
         class AgentSpan(BaseSpan):
             agent: str | None = None  # None: no agent here, still an open span its children inherit from
+            named: bool = False  # the span's own event named its agent
 
         class AgentSpans(BaseSpanHandler[AgentSpan]):
             """Each open span's agent: the one its step's event names, else its parent's."""
@@ -68,10 +69,14 @@ class _LlamaIndexAgents:
             ) -> AgentSpan:
                 event = bound_args.arguments.get("ev") if bound_args is not None else None
                 named = getattr(event, "current_agent_name", None)
-                if not (isinstance(named, str) and named):
-                    parent = self.open_spans.get(parent_span_id) if parent_span_id else None
-                    named = parent.agent if parent is not None else None
-                return AgentSpan(id_=id_, parent_id=parent_span_id, agent=named)
+                parent = self.open_spans.get(parent_span_id) if parent_span_id else None
+                if isinstance(named, str) and named:
+                    # a workflow's steps are siblings under its run: the run's agent is the one its latest agent
+                    # step named, for the steps that follow it (calling the agent's tools) until a handoff
+                    if parent is not None and not parent.named:
+                        parent.agent = named
+                    return AgentSpan(id_=id_, parent_id=parent_span_id, agent=named, named=True)
+                return AgentSpan(id_=id_, parent_id=parent_span_id, agent=parent.agent if parent else None)
 
             def prepare_to_exit_span(self, id_: str, *args: Any, **kwargs: Any) -> AgentSpan | None:
                 return self.open_spans.get(id_)
@@ -81,7 +86,9 @@ class _LlamaIndexAgents:
 
         self.handler = AgentSpans()
         self.active_span_id = active_span_id
-        get_dispatcher().add_span_handler(self.handler)
+        # first among the handlers: OpenInference's starts its span in its own, and agl_otel's processor asks for
+        # the acting agent right then
+        get_dispatcher().span_handlers.insert(0, self.handler)
 
     def __call__(self) -> tuple[str, str | None] | None:
         span_id = self.active_span_id.get()

@@ -320,19 +320,28 @@ def load_agent(spec: str) -> Any:
         _fail(str(exc))
 
 
+# The variables OpenAI-compatible clients read for their base URL when built without one (docs/guides/workers.md has
+# the table): the OpenAI SDK (and the Agents SDK, Agno, Haystack, smolagents, AutoGen on top of it) and LangChain
+# read OPENAI_BASE_URL; LlamaIndex, LiteLLM (DSPy, CrewAI) and LangChain's older name read OPENAI_API_BASE.
+OPENAI_BASE_URL_VARIABLES = ("OPENAI_BASE_URL", "OPENAI_API_BASE")
+
+
 def point_openai_sdk_at(llm_url: str) -> None:
-    """OPENAI_BASE_URL (and, when unset, a placeholder OPENAI_API_KEY) for the OpenAI SDK and the frameworks built on
-    it, which read them when a client is built without a base URL: an unchanged app then calls agl, not the hosted
-    API (billed, never recorded) nor the model server behind agl (answered, never recorded)."""
-    previous = os.environ.get("OPENAI_BASE_URL")
-    if previous and previous.rstrip("/") != llm_url.rstrip("/"):
-        log.warning(
-            "OPENAI_BASE_URL was %s: agl worker points it at this run's LLM URL %s, so that the agent's calls are"
-            " recorded (--keep-openai-env leaves it as it was)",
-            previous,
-            llm_url,
-        )
-    os.environ["OPENAI_BASE_URL"] = llm_url
+    """Each base-URL variable (OPENAI_BASE_URL_VARIABLES) and, when unset, a placeholder OPENAI_API_KEY, for the
+    OpenAI SDK and the frameworks built on it, which read them when a client is built without a base URL: an
+    unchanged app then calls agl, not the hosted API (billed, never recorded) nor the model server behind agl
+    (answered, never recorded)."""
+    for name in OPENAI_BASE_URL_VARIABLES:
+        previous = os.environ.get(name)
+        if previous and previous.rstrip("/") != llm_url.rstrip("/"):
+            log.warning(
+                "%s was %s: agl worker points it at this run's LLM URL %s, so that the agent's calls are"
+                " recorded (--keep-openai-env leaves it as it was)",
+                name,
+                previous,
+                llm_url,
+            )
+        os.environ[name] = llm_url
     # the SDK refuses to build a client without a key; agl's server takes none on loopback, and with a token the
     # attempt's own credential replaces it at send time
     os.environ.setdefault("OPENAI_API_KEY", "agl")
@@ -378,8 +387,8 @@ def _run_worker(
 @click.option(
     "--keep-openai-env",
     is_flag=True,
-    help="Leave OPENAI_BASE_URL and OPENAI_API_KEY as they are (by default they point the OpenAI SDK, and every"
-    " framework built on it, at this run's LLM URL, so an unchanged app's calls reach agl).",
+    help="Leave OPENAI_BASE_URL, OPENAI_API_BASE and OPENAI_API_KEY as they are (by default they point the OpenAI"
+    " SDK, and every framework built on it, at this run's LLM URL, so an unchanged app's calls reach agl).",
 )
 @click.option(
     "--log-level", default="warning", show_default=True, type=click.Choice(["debug", "info", "warning", "error"])

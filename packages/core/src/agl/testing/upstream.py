@@ -20,8 +20,9 @@ Script, first rule that matches:
 1. `force_error:<status>` in the last user message → an OpenAI-style error with that HTTP status;
 2. a system message says `agl-tools: a, b` and one of those tools is offered and not yet called in the
    conversation → a call of the first such tool (a multi-agent app gives each agent its own line);
-   arguments: `expression` gets `<int><op><int>` from the last user message, other string parameters the
-   last user message itself;
+   arguments: those an `agl-args: tool.param=value, ...` line names (a handoff's `to_agent`), then
+   `expression` gets `<int><op><int>` from the last user message, other string parameters the last user
+   message itself;
 3. a system message says `agl-say: <text>` → that text, `{tool}` replaced by the last tool result and
    `{temperature}` by the request's temperature (`None` when it sets none);
 4. the last message is a tool result → "The answer is {tool result}";
@@ -58,6 +59,7 @@ _PIECE = re.compile(r"\w+|[^\w\s]|\s+")
 _ARITHMETIC = re.compile(r"(\d+)\s*([+\-*/])\s*(\d+)")
 _FORCE_ERROR = re.compile(r"force_error:(\d{3})")
 _TOOLS_DIRECTIVE = re.compile(r"agl-tools:[ \t]*([^\n]*)")
+_ARGS_DIRECTIVE = re.compile(r"agl-args:[ \t]*([^\n]*)")
 _SAY_DIRECTIVE = re.compile(r"agl-say:[ \t]*([^\n]*)")
 
 Scope = MutableMapping[str, Any]
@@ -125,11 +127,27 @@ def _pending_directive_tool(
     return next((offered[n] for n in wanted if n in offered and n not in called), None)
 
 
-def _arguments_for(tool: dict[str, Any], last_user: str, arithmetic: re.Match[str] | None) -> dict[str, Any]:
+def _named_arguments(system: str, tool_name: str) -> dict[str, str]:
+    """What `agl-args: tool.param=value, ...` lines set for `tool_name`."""
+    named: dict[str, str] = {}
+    for line in _ARGS_DIRECTIVE.findall(system):
+        for item in line.split(","):
+            target, _, value = item.partition("=")
+            tool, _, param = target.strip().partition(".")
+            if tool == tool_name and param:
+                named[param] = value.strip()
+    return named
+
+
+def _arguments_for(
+    tool: dict[str, Any], last_user: str, arithmetic: re.Match[str] | None, named: dict[str, str] | None = None
+) -> dict[str, Any]:
     schema = (tool.get("function") or {}).get("parameters") or {}
     arguments: dict[str, Any] = {}
     for name, spec in (schema.get("properties") or {}).items():
-        if name == "expression":
+        if named and name in named:
+            arguments[name] = named[name]
+        elif name == "expression":
             arguments[name] = "".join(arithmetic.groups()) if arithmetic else last_user
         elif isinstance(spec, dict) and spec.get("type", "string") == "string":
             arguments[name] = last_user
@@ -164,7 +182,8 @@ class _Reply:
         pending = _pending_directive_tool(system, messages, tools or [])
         say = _SAY_DIRECTIVE.search(system)
         if pending is not None:
-            self._call(pending, _arguments_for(pending, last_user, arithmetic))
+            named = _named_arguments(system, _tool_name(pending))
+            self._call(pending, _arguments_for(pending, last_user, arithmetic, named))
             return
         if say:
             temperature = request.get("temperature")
