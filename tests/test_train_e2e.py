@@ -106,6 +106,19 @@ def test_two_steps_then_resume(tmp_path: Path) -> None:
     assert versions is not None and versions.name == "step-3"
 
 
+def test_a_run_whose_selected_agents_never_call_stops_after_its_first_step(tmp_path: Path) -> None:
+    """`--agents writer` on an app whose calls are all the speaker's: a step that trains nothing stops the run,
+    naming the agents the calls were under (every later step would train nothing too)."""
+    import dataclasses
+
+    model = build_tiny_llama(tmp_path / "tiny")
+    run_dir = tmp_path / "run"
+    cfg = dataclasses.replace(config(run_dir, model, steps=2), train_agents="writer")
+    with pytest.raises(ValueError, match=r"step 1 trained nothing: it selects the agents writer.*speaker \(8\)"):
+        TrainingRun(cfg).run()
+    assert not (run_dir / "checkpoints" / "step-1").exists()
+
+
 def test_per_agent_policies_train_only_the_selected_agents_adapters(tmp_path: Path) -> None:
     """`per_agent_policies` with `train_agents="speaker"`: the speaker's calls go to its own adapter and train it;
     the listener still runs, served by the base model, and gives no transitions."""

@@ -57,6 +57,7 @@ class AutoGenInstrumentor(Instrumentor):
     """agl's hooks in AgentChat (see the module's docstring); `agl_autogen.instrument()` runs this one."""
 
     dependencies: ClassVar[dict[str, str]] = {"autogen_agentchat": "'autogen-agentchat>=0.7,<0.8'"}
+    names_agents = True  # the worker warns when a rollout's calls got no agent name from it
 
     def _instrument(self) -> None:
         add_hint(TEAM_RUNNING, TEAM_RUNNING_HINT)

@@ -90,6 +90,7 @@ class CrewAIInstrumentor(Instrumentor):
     the agent where its LLM requests are sent (see `agent_scopes`)."""
 
     dependencies: ClassVar[dict[str, str]] = {"crewai": "'crewai>=1.15.30,<2'"}
+    names_agents = True  # the worker warns when a rollout's calls got no agent name from it
     listener: AglListener | None = None
 
     def _instrument(self) -> None:

@@ -25,6 +25,7 @@ class LangChainInstrumentor(Instrumentor):
     """agl's configure hook in LangChain (see the module's docstring); `agl_langchain.instrument()` runs it."""
 
     dependencies: ClassVar[dict[str, str]] = {"langchain_core": "'langchain-core>=1.0,<2'"}
+    names_agents = True  # the worker warns when a rollout's calls got no agent name from it
     hook: ContextVar[Any] | None = None
 
     def _instrument(self) -> None:

@@ -88,6 +88,7 @@ class OpenAIAgentsInstrumentor(Instrumentor):
     docstring); `agl_openai_agents.instrument()` runs this one."""
 
     dependencies: ClassVar[dict[str, str]] = {"agents": "'openai-agents>=0.20,<1'"}
+    names_agents = True  # the worker warns when a rollout's calls got no agent name from it
     processor: AglTracingProcessor | None = None
 
     def _instrument(self) -> None:

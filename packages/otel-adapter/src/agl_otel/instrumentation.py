@@ -15,7 +15,8 @@ from __future__ import annotations
 import functools
 import logging
 import weakref
-from collections.abc import Callable
+from collections import Counter
+from collections.abc import Callable, Mapping
 from typing import Any, ClassVar
 
 from opentelemetry import trace
@@ -33,6 +34,7 @@ class OTelInstrumentor(Instrumentor):
     `agl_otel.instrument()` runs this one."""
 
     dependencies: ClassVar[dict[str, str]] = {"opentelemetry.sdk": "'opentelemetry-sdk>=1.25'"}
+    names_agents = True  # the worker warns when a rollout's calls got no agent name from it
     processor: AglSpanProcessor | None = None
     requested: TracerProvider | None = None  # the provider `instrument(tracer_provider=...)` named
     stand_in: TracerProvider | None = None  # the provider agl set because the app had none
@@ -63,6 +65,19 @@ class OTelInstrumentor(Instrumentor):
             )
         # the app's own provider, set after this, replaces the stand-in instead of being refused
         self.wrap(trace, "set_tracer_provider", self._taking_over)
+
+    def attribution_report(self, spans: Mapping[str, int]) -> str | None:
+        """The spans agl_otel saw start in the rollout, none of them an agent span it knows."""
+        if not spans:
+            return (
+                "agl_otel saw no OpenTelemetry span start in it: is the framework's instrumentor on (e.g."
+                " `OpenInference's <Framework>Instrumentor().instrument()`), on the tracer provider agl_otel uses?"
+            )
+        common = ", ".join(f"{name} ({count})" for name, count in Counter(spans).most_common(6))
+        return (
+            f"agl_otel saw {sum(spans.values())} span(s) start in it, none an agent span of a convention it knows"
+            f" (agl_otel.conventions); the most common: {common}."
+        )
 
     def _uninstrument(self) -> None:
         runtime_agents.uninstall()

@@ -67,6 +67,7 @@ class AglSpanProcessor(SpanProcessor):
         ctx = current_rollout()
         if ctx is None:
             return
+        ctx.saw_framework_span(span.name)
         started = _Started(ctx, current_agent())
         found = match(span.name, span.attributes, "agent")
         if found is not None:

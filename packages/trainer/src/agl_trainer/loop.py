@@ -69,7 +69,12 @@ from agl_trainer.staleness import stale_reason
 from agl_trainer.step_metrics import llm_call_counts as llm_call_counts  # re-exported (tests read it here)
 from agl_trainer.step_metrics import mean, memory_fields, overlap_fields, prefix_cache_mb, step_line
 from agl_trainer.step_metrics import resource_fields as resource_fields  # re-exported (tests read it here)
-from agl_trainer.step_transitions import check_calls_recorded, step_transitions, write_transitions
+from agl_trainer.step_transitions import (
+    check_calls_recorded,
+    check_selection_found,
+    step_transitions,
+    write_transitions,
+)
 from agl_trainer.trackers import open_trackers
 from agl_trainer.vllm_server import find_vllm_python
 
@@ -228,6 +233,7 @@ class TrainingRun:
             trainable, self.selection, cfg, self.version_steps, updating=step, max_staleness=self.max_staleness
         )
         episodes, build, credit, fresh = built.episodes, built.build, built.credit, built.fresh
+        check_selection_found(build, self.selection, step)
         transitions = built.transitions
         generated_after = getattr(self.inference, "generated_tokens", None)
         if isinstance(generated_before, int) and isinstance(generated_after, int):

@@ -41,6 +41,24 @@ def check_calls_recorded(trainable: Sequence[TrainableRollout], llm_use: Mapping
         )
 
 
+def check_selection_found(build: BuildStats, selection: AgentSelection, step: int) -> None:
+    """Refuse a step that selects agents and found none of their calls among calls it had: the agent names are not
+    what the app's calls carry (a typo, or a framework whose agents reach agl unnamed), and every later step
+    would train nothing too."""
+    if selection.agents is None or build.kept_by_agent.total() > 0 or not build.dropped_by_agent:
+        return
+    seen = ", ".join(
+        f"{name if name is not None else 'unattributed'} ({count})"
+        for name, count in build.dropped_by_agent.most_common()
+    )
+    raise ValueError(
+        f"step {step + 1} trained nothing: it selects the agents {selection}, and none of its LLM calls was under"
+        f" them; its calls were under: {seen}. Give --agents the names the app's calls carry (`agl show` lists a"
+        " rollout's calls and their agents); calls stored unattributed name no agent at all: name the agent in the"
+        ' app (`with agl.agent("name"):`) or see the framework\'s guide'
+    )
+
+
 def step_transitions(
     trainable: Sequence[TrainableRollout],
     selection: AgentSelection,

@@ -72,6 +72,9 @@ class Instrumentor(ABC):
 
     # Import name → what to install, for the message when it is missing (e.g. {"crewai": "agl-crewai"}).
     dependencies: ClassVar[Mapping[str, str]] = {}
+    # A framework hook whose work is naming the acting agent (the adapters, agl_otel): while one is in place, a
+    # rollout whose every call reached agl without an agent name is a hook that saw no agent, and the worker says so
+    names_agents: ClassVar[bool] = False
 
     _instance: ClassVar[Instrumentor | None] = None
     _lock: threading.RLock
@@ -87,6 +90,7 @@ class Instrumentor(ABC):
             instance._patches = []
             instance._instrumented = False
             cls._instance = instance
+            _made.append(instance)
         return instance
 
     # --- what a subclass writes ---
@@ -135,6 +139,11 @@ class Instrumentor(ABC):
         with self._lock:
             return self._instrumented and self._in_place()
 
+    def attribution_report(self, spans: Mapping[str, int]) -> str | None:
+        """What this hook saw of a rollout whose calls got no agent name, for the worker's warning (`spans`: the
+        spans a span-reading hook saw start, by name); None: nothing to add."""
+        return None
+
     # --- patching, with undo ---
 
     def replace(self, owner: Any, name: str, value: T) -> T:
@@ -166,6 +175,14 @@ class Instrumentor(ABC):
                         type(self).__name__,
                     )
             self._instrumented = False
+
+
+_made: list[Instrumentor] = []  # every hook's one instance, in the order they were made
+
+
+def agent_naming_hooks() -> list[Instrumentor]:
+    """The hooks in place whose work is naming the acting agent (`names_agents`)."""
+    return [i for i in list(_made) if i.names_agents and i.is_instrumented()]
 
 
 def importable(module: str) -> bool:

@@ -12,6 +12,7 @@ import contextvars
 import functools
 import secrets
 import threading
+from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import ParamSpec, TypeVar
@@ -78,6 +79,13 @@ class RolloutContext:
     bypassed_llm_calls: int = 0
     bypassed_llm_url: str | None = None
     external_llm_calls: int = 0
+    # LLM requests sent to agl through a patched client, and those of them that carried no agent name: all of them
+    # unnamed while a framework hook is in place means agents cannot be selected (the runner says so)
+    llm_calls_sent: int = 0
+    llm_calls_unnamed: int = 0
+    # spans a span-reading hook (agl_otel) saw start in this rollout, by name: what the runner names when no call
+    # got an agent name
+    framework_spans: Counter[str] = field(default_factory=Counter)
     _seq_lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
     @property
@@ -97,6 +105,17 @@ class RolloutContext:
     def opened_agent_scope(self) -> None:
         with self._seq_lock:
             self.agent_scopes += 1
+
+    def sent_llm_call(self, *, named: bool) -> None:
+        with self._seq_lock:
+            self.llm_calls_sent += 1
+            if not named:
+                self.llm_calls_unnamed += 1
+
+    def saw_framework_span(self, name: str) -> None:
+        with self._seq_lock:
+            if name in self.framework_spans or len(self.framework_spans) < 256:  # bounded: names, not spans
+                self.framework_spans[name] += 1
 
     def sent_llm_call_elsewhere(self, url: str, *, intended: bool) -> None:
         with self._seq_lock:

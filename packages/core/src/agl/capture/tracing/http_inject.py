@@ -89,8 +89,10 @@ def _prepare(request: Any) -> RolloutContext | None:
             request.headers["authorization"] = f"Bearer {ctx.credential}"
     else:
         return None
-    for key, value in attribution_headers(ctx).items():
+    headers = attribution_headers(ctx)
+    for key, value in headers.items():
         request.headers[key] = value
+    ctx.sent_llm_call(named=attr.HEADER_AGENT in headers)
     return ctx
 
 
