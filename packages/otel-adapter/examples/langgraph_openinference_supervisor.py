@@ -24,6 +24,9 @@ from openinference.instrumentation.langchain import LangChainInstrumentor
 import agl  # agl
 import agl_otel  # agl
 
+# once, at import: OpenInference's instrument() is not thread-safe, and a worker runs rollouts at once
+LangChainInstrumentor().instrument()  # agl: LangChain's spans, unless the app already has them on
+
 
 @tool
 def calculator(expression: str) -> str:
@@ -64,6 +67,5 @@ def main(question: str) -> str:
 @agl.rollout  # agl
 def solve(task: dict[str, Any], llm: agl.LLM) -> float:  # agl
     agl_otel.instrument()  # agl
-    LangChainInstrumentor().instrument()  # agl: LangChain's spans, unless the app already has them on
     numbers = re.findall(r"-?\d+(?:\.\d+)?", main(task["question"]))  # agl
     return float(bool(numbers) and float(numbers[-1]) == float(task["answer"]))  # agl

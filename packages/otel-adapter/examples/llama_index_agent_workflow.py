@@ -23,6 +23,9 @@ from openinference.instrumentation.llama_index import LlamaIndexInstrumentor
 import agl  # agl
 import agl_otel  # agl
 
+# once, at import: OpenInference's instrument() is not thread-safe, and a worker runs rollouts at once
+LlamaIndexInstrumentor().instrument()  # agl: LlamaIndex's spans, unless the app already has them on
+
 
 def calculator(expression: str) -> str:
     """Evaluate an arithmetic expression of two integers: `<int> <op> <int>`, with op one of + - * /."""
@@ -74,12 +77,10 @@ def score(answer: str, expected: float) -> float:
 @agl.rollout  # agl
 def solve(task: dict[str, Any], llm: agl.LLM) -> float:  # agl
     agl_otel.instrument()  # agl
-    LlamaIndexInstrumentor().instrument()  # agl: LlamaIndex's spans, unless the app already has them on
     return score(asyncio.run(main(task["question"])), task["answer"])  # agl
 
 
 @agl.rollout  # agl
 def solve_alone(task: dict[str, Any], llm: agl.LLM) -> float:  # agl
-    LlamaIndexInstrumentor().instrument()  # agl (an app that traced LlamaIndex before agl came: either order works)
     agl_otel.instrument()  # agl
     return score(asyncio.run(main(task["question"], alone=True)), task["answer"])  # agl

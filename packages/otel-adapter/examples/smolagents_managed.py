@@ -21,6 +21,9 @@ from smolagents import LogLevel, OpenAIModel, ToolCallingAgent, tool
 import agl  # agl
 import agl_otel  # agl
 
+# once, at import: OpenInference's instrument() is not thread-safe, and a worker runs rollouts at once
+SmolagentsInstrumentor().instrument()  # agl: smolagents' spans, unless the app already has them on
+
 
 @tool
 def calculator(expression: str) -> str:
@@ -68,6 +71,5 @@ def main(question: str) -> str:
 @agl.rollout  # agl
 def solve(task: dict[str, Any], llm: agl.LLM) -> float:  # agl
     agl_otel.instrument()  # agl
-    SmolagentsInstrumentor().instrument()  # agl: smolagents' spans, unless the app already has them on
     numbers = re.findall(r"-?\d+(?:\.\d+)?", main(task["question"]))  # agl
     return float(bool(numbers) and float(numbers[-1]) == float(task["answer"]))  # agl
