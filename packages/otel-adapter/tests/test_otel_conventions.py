@@ -104,6 +104,31 @@ def test_error_type_is_read_per_convention() -> None:
     assert error_type({}, genai_tool) is None
 
 
+def test_an_agent_span_named_after_its_agent_and_the_workflow_root() -> None:
+    """openinference-instrumentation-openai-agents 2.6.0: `planner` (AGENT) names the planner before its attributes
+    come; the trace's root, `Agent workflow` (AGENT too), is no agent."""
+    found = match("planner", {"openinference.span.kind": "AGENT"}, "agent")
+    assert found is not None and found.name == "planner"
+    assert match("Agent workflow", {"openinference.span.kind": "AGENT"}, "agent") is None
+    smolagents = match("manager.run", {"openinference.span.kind": "AGENT"}, "agent")
+    assert smolagents is not None and smolagents.name == "manager"  # the `.run` row still comes first
+
+
+def test_names_and_errors_from_json_attributes() -> None:
+    """A name under a key of OpenInference's `metadata` (DSPy, Haystack with `using_metadata`); a LangChain tool
+    whose error the agent handled: its ToolMessage of status "error" in `output.value`."""
+    metadata = {"openinference.span.kind": "CHAIN", "metadata": '{"agent_name": "solver"}'}
+    found = match("ReActV2.forward", metadata, "agent")
+    assert found is not None and found.name == "solver"
+    assert match("ReActV2.forward", {**metadata, "metadata": "not json"}, "agent") is None
+    tool = {"openinference.span.kind": "TOOL", "tool.name": "calculator", "input.value": "9/0"}
+    handled = '{"type": "tool", "data": {"content": "division by zero", "status": "error"}}'
+    failed = match("calculator", {**tool, "output.value": handled}, "tool")
+    assert failed is not None and failed.arguments == "9/0"
+    assert error_type({**tool, "output.value": handled}, failed.convention) == "division by zero"
+    assert error_type({**tool, "output.value": '{"data": {"status": "success"}}'}, failed.convention) is None
+
+
 def test_every_row_can_match_something() -> None:
     """A row whose conditions no span could meet (a typo in an attribute) would silently never match."""
     for convention in CONVENTIONS:
@@ -112,5 +137,8 @@ def test_every_row_can_match_something() -> None:
         span_name = sorted(convention.span_names)[0] if convention.span_names else "span"
         if convention.by_span_name:
             span_name = f"{convention.name_prefix}named{convention.name_suffix}"
+        if convention.name_is_span_name:  # a span named after its agent, before its name attribute is set
+            del attributes[convention.name_attributes[0]]
+            span_name = "named"
         found = match(span_name, attributes, convention.kind)
         assert found is not None and found.convention == convention and found.name == "named", convention

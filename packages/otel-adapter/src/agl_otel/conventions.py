@@ -50,6 +50,10 @@ class Convention:
     # (attribute, key): the name as a key of a JSON object an attribute holds as text (OpenInference's `metadata`),
     # tried after name_attributes; a key may be a dotted path ("a.b")
     name_json: tuple[tuple[str, str], ...] = ()
+    # the span's whole name is the agent's (an instrumentor that names its AGENT span after the agent and sets
+    # `agent.name` only at its end), tried last; `excluded_span_names` are spans of the kind that are no agent
+    name_is_span_name: bool = False
+    excluded_span_names: frozenset[str] = frozenset()
     # (attribute, status key, message key): a JSON object an attribute holds whose status key says "error" marks a
     # failure the span's status does not (a LangChain tool whose error the agent handled: a ToolMessage of status
     # "error"); the failure's message is at the message key
@@ -59,6 +63,7 @@ class Convention:
 GENAI = "OpenTelemetry GenAI semantic conventions 1.37-1.38"
 GENAI_BY_NAME = "OpenTelemetry GenAI semantic conventions 1.37-1.38, by span name"
 OPENINFERENCE = "OpenInference semantic conventions 0.1"
+OPENINFERENCE_SPAN_NAMED = "OpenInference semantic conventions 0.1, an AGENT span named after its agent"
 PYDANTIC_AI_V2 = "Pydantic AI instrumentation version 2"
 
 CONVENTIONS: tuple[Convention, ...] = (
@@ -91,12 +96,76 @@ CONVENTIONS: tuple[Convention, ...] = (
         name_prefix="invoke_agent ",
         by_span_name=True,
     ),
+    # --- DSPy (openinference-instrumentation-dspy 0.1.48) ---
+    # DSPy has no agent names: a ReAct agent's span is a CHAIN `ReAct.forward` / `ReActV2.forward` (async:
+    # `.aforward`) whose only input is the call's arguments. The app names it with OpenInference's
+    # `using_metadata({"agent_name": ...})` around the call, which the tracer copies into `metadata` when the span
+    # starts; only the ReAct spans count, as every span under the call carries the same metadata
+    Convention(
+        "OpenInference semantic conventions 0.1, DSPy ReAct with an agent_name in metadata",
+        "agent",
+        {"openinference.span.kind": frozenset({"CHAIN"}), "metadata": frozenset()},
+        name_attributes=("agent.name",),
+        name_json=(("metadata", "agent_name"),),
+        span_names=frozenset({"ReAct.forward", "ReAct.aforward", "ReActV2.forward", "ReActV2.aforward"}),
+    ),
+    # DSPy's tool spans set no `tool.name` (the OpenInference row below passes them by): the tool is the span's
+    # name (`<tool>.__call__`, async `<tool>.acall`), its arguments the call's keywords as `{"kwargs": {...}}`;
+    # only spans so named claim it (by_span_name), so it may stand before the general row and read `tool.name` first
+    Convention(
+        "OpenInference semantic conventions 0.1, DSPy tools by span name",
+        "tool",
+        {"openinference.span.kind": frozenset({"TOOL"})},
+        name_attributes=("tool.name",),
+        by_span_name=True,
+        name_suffix=".__call__",
+        arguments_attributes=("input.value",),
+        result_attributes=("output.value",),
+        error_attributes=("exception.type", "error.type"),
+    ),
+    Convention(
+        "OpenInference semantic conventions 0.1, DSPy tools by span name",
+        "tool",
+        {"openinference.span.kind": frozenset({"TOOL"})},
+        name_attributes=("tool.name",),
+        by_span_name=True,
+        name_suffix=".acall",
+        arguments_attributes=("input.value",),
+        result_attributes=("output.value",),
+        error_attributes=("exception.type", "error.type"),
+    ),
+    # --- end DSPy ---
+    # --- Haystack (openinference-instrumentation-haystack 0.1.46) ---
+    # Haystack's agents have no names, and the instrumentor starts a sync component span (`Agent.run`) bare, setting
+    # its kind (CHAIN) and input only after it started: at start it holds only what OpenInference's context adds.
+    # The app names the agent with `using_metadata({"agent_name": ...})` around its run, copied into `metadata` as
+    # the span starts; only the Agent's own span counts, as every component span under it carries the same metadata
+    Convention(
+        "OpenInference semantic conventions 0.1, Haystack Agent with an agent_name in metadata",
+        "agent",
+        {"metadata": frozenset()},
+        name_attributes=("agent.name",),  # never set by this instrumentor; an app or processor may add it
+        name_json=(("metadata", "agent_name"),),
+        span_names=frozenset({"Agent.run", "Agent.run_async"}),
+    ),
+    # --- end Haystack ---
     Convention(
         OPENINFERENCE,
         "agent",
         {"openinference.span.kind": frozenset({"AGENT"})},
         name_attributes=("agent.name", "graph.node.name"),
         name_suffix=".run",
+    ),
+    # openinference-instrumentation-openai-agents 2.6.0 starts an agent's AGENT span named after the agent and sets
+    # `agent.name` only when it ends; its trace's root is an AGENT span too, named after the workflow (the SDK's
+    # default "Agent workflow", which is no agent)
+    Convention(
+        OPENINFERENCE_SPAN_NAMED,
+        "agent",
+        {"openinference.span.kind": frozenset({"AGENT"})},
+        name_attributes=("agent.name",),
+        name_is_span_name=True,
+        excluded_span_names=frozenset({"Agent workflow"}),
     ),
     Convention(
         OPENINFERENCE,
@@ -157,6 +226,8 @@ def match(span_name: str, attributes: Mapping[str, Any] | None, kind: Kind | Non
             continue
         if convention.by_span_name and _from_span_name(span_name, convention) is None:
             continue
+        if span_name in convention.excluded_span_names:
+            continue
         if not all(
             key in attrs and (not values or str(attrs[key]) in values) for key, values in convention.when.items()
         ):
@@ -165,6 +236,7 @@ def match(span_name: str, attributes: Mapping[str, Any] | None, kind: Kind | Non
             _first(attrs, convention.name_attributes)
             or _from_json(attrs, convention.name_json)
             or _from_span_name(span_name, convention)
+            or (span_name.strip() if convention.name_is_span_name else None)
         )
         if not name:
             continue
