@@ -359,7 +359,7 @@ def _warn_no_agent_named(ctx: RolloutContext) -> None:
     log.warning(
         "all %d LLM call(s) of rollout %s reached agl without an agent name, though %s %s in place to name them:"
         " they are stored unattributed, and a run that selects agents (--agents) trains none of them. %s"
-        "Name the agent in the app (`with agl.agent(\"name\"):` around its code), or see the guide of the"
+        'Name the agent in the app (`with agl.agent("name"):` around its code), or see the guide of the'
         " framework. (Said once per worker.)",
         ctx.llm_calls_sent,
         ctx.rollout_id,
