@@ -24,11 +24,15 @@ from haystack.components.agents import Agent
 from haystack.components.generators.chat import OpenAIChatGenerator
 from haystack.dataclasses import ChatMessage
 from haystack.tools import create_tool_from_function
-from openinference.instrumentation import using_metadata
+from openinference.instrumentation import using_metadata  # agl
 from openinference.instrumentation.haystack import HaystackInstrumentor
 
 import agl  # agl
 import agl_otel  # agl
+
+# once, at import and after the components it traces are imported: OpenInference's instrument() is not
+# thread-safe (a worker runs rollouts at once), and it wraps only the component classes imported by then
+HaystackInstrumentor().instrument()  # agl: Haystack's spans, unless the app already has them on
 
 
 def calculator(expression: str) -> str:
@@ -72,6 +76,5 @@ def main(question: str) -> str:
 @agl.rollout  # agl
 def solve(task: dict[str, Any], llm: agl.LLM) -> float:  # agl
     agl_otel.instrument()  # agl
-    HaystackInstrumentor().instrument()  # agl: Haystack's spans, unless the app already has them on
     numbers = re.findall(r"-?\d+(?:\.\d+)?", main(task["question"]))  # agl
     return float(bool(numbers) and float(numbers[-1]) == float(task["answer"]))  # agl

@@ -23,6 +23,9 @@ from openinference.instrumentation.openai_agents import OpenAIAgentsInstrumentor
 import agl  # agl
 import agl_otel  # agl
 
+# once, at import: OpenInference's instrument() is not thread-safe, and a worker runs rollouts at once
+OpenAIAgentsInstrumentor().instrument()  # agl: the SDK's spans, unless the app already has them on
+
 
 @function_tool
 def calculator(expression: str) -> str:
@@ -64,6 +67,5 @@ async def main(question: str) -> str:
 @agl.rollout  # agl
 def solve(task: dict[str, Any], llm: agl.LLM) -> float:  # agl
     agl_otel.instrument()  # agl
-    OpenAIAgentsInstrumentor().instrument()  # agl: the SDK's spans, unless the app already has them on
     numbers = re.findall(r"-?\d+(?:\.\d+)?", asyncio.run(main(task["question"])))  # agl
     return float(bool(numbers) and float(numbers[-1]) == float(task["answer"]))  # agl
