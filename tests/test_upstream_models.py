@@ -112,3 +112,44 @@ def test_upstream_model_still_forces_one(tmp_path: Path, two_models: tuple[str, 
         assert app.asked == ["policy-a"]
     finally:
         server.stop()
+
+
+class SlowModelList:
+    """The scripted upstream, whose `/models` takes 0.5 s (a loaded vLLM): the first calls arrive meanwhile."""
+
+    def __init__(self) -> None:
+        from agl.testing.upstream import ScriptedUpstream
+
+        self.inner = ScriptedUpstream()
+
+    async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
+        import asyncio
+
+        if scope["type"] == "http" and scope["path"].endswith("/models"):
+            await asyncio.sleep(0.5)
+        await self.inner(scope, receive, send)
+
+
+def test_calls_that_come_together_first_all_go_out_under_the_served_model(tmp_path: Path) -> None:
+    """The first calls of a run come at once: those that arrived while the proxy was asking the upstream for its
+    models went out under the app's name (a real vLLM refuses it; the scripted one answers under it), and were
+    stored as served by a model that never served them. They wait for the answer, and the stored model is the one
+    the upstream's answer names."""
+    import threading
+
+    with ThreadedServer(SlowModelList(), lifespan="off") as upstream:
+        server = start_server(tmp_path / "run", upstream=f"{upstream.url}/v1")
+        try:
+            urls = [claim(server) for _ in range(8)]
+            statuses: list[int] = []
+            threads = [
+                threading.Thread(target=lambda u=u: statuses.append(chat(u, "gpt-5.6-luna").status_code)) for u in urls
+            ]
+            for t in threads:
+                t.start()
+            for t in threads:
+                t.join(60)
+            assert statuses == [200] * 8
+            assert stored_models(server) == [("gpt-5.6-luna", "scripted")] * 8
+        finally:
+            server.stop()

@@ -50,7 +50,7 @@ def test_the_guides_template_recipe_through_a_real_worker(
     (rollout,) = agl_client.enqueue({"topic": "AI LLMs"})
     env = {"MODEL": "openai/agl-policy", "CREWAI_DISABLE_TELEMETRY": "true", "CREWAI_TRACING_ENABLED": "false"}
     env["PYTHONPATH"] = str(project / "src")
-    agl_workers(f"{main}:research", agl_server.url, env=env)
+    agl_workers(f"{main}:research", agl_server.url, env=env, cwd=project)  # the crew writes its report.md there
     (done,) = wait_rollouts(agl_client, [rollout.id], timeout=180)
     assert done.status.value == "succeeded", done.error
     calls = agl_client.rollout_detail(done.id).llm_calls

@@ -124,6 +124,8 @@ def _llm_label(call: LLMCall) -> str:
     else:
         agent = "[bold yellow]⚠ unattributed[/]"
     model = escape(call.model or call.model_requested or "?")
+    if call.model and call.model_requested and call.model_requested != call.model:
+        model += f" [dim](asked for {escape(call.model_requested)})[/]"
     version = f" v{call.model_version}" if call.model_version is not None else ""
     line = (
         f"[bold]LLM #{call.seq}[/]  agent={agent}  model={model}{version}  {_how(call)}"

@@ -122,8 +122,10 @@ def start_worker(
     extra_args: list[str] | None = None,
     env: dict[str, str] | None = None,
     log_path: str | Path | None = None,
+    cwd: str | Path | None = None,
 ) -> subprocess.Popen[bytes]:
-    """Start `agl worker AGENT` in a new process; its output goes to `log_path` (or is discarded)."""
+    """Start `agl worker AGENT` in a new process (in `cwd`, where the app writes its files); its output goes to
+    `log_path` (or is discarded)."""
     out: IO[bytes] | int = open(log_path, "ab") if log_path else subprocess.DEVNULL  # noqa: SIM115
     return subprocess.Popen(
         [
@@ -139,6 +141,7 @@ def start_worker(
         stdout=out,
         stderr=out,
         env={**os.environ, **(env or {})},
+        cwd=cwd,
     )
 
 

@@ -73,6 +73,7 @@ class CallRecord:
             if len(parts) == 4 and len(parts[1]) == 32:
                 self.trace_id = parts[1]
         self.model: str | None = None
+        self.served_model_known = False  # the answer named the model that served it
         self.model_version: int | None = None
         self.prompt_ids: list[int] | None = None
         self.response_ids: list[int] | None = None
@@ -99,6 +100,14 @@ class CallRecord:
         self.client_stream: bool | None = None
         self.heavy = False  # a large request: its record is built off the event loop
 
+    def took_served_model(self, name: Any) -> None:
+        """The model the upstream says answered (its answer's `model`): what the call is stored under, beside the
+        name the agent asked for. Until the proxy knows the upstream's models, a call goes out under the name the
+        agent gave, and only the answer says which model it was."""
+        if isinstance(name, str) and name:
+            self.model = name
+            self.served_model_known = True
+
     def take_choice(self, body: Any) -> str | None:
         """Read a complete (non-streaming) response; returns what is wrong with it, if anything: then nothing of
         it is taken and the record carries the error (an upstream's malformed answer must neither fail the
@@ -110,6 +119,7 @@ class CallRecord:
         choices = body.get("choices") or []
         self.usage = body.get("usage") or {}
         self.prompt_ids = body.get("prompt_token_ids")
+        self.took_served_model(body.get("model"))
         if not choices:
             return None
         choice = choices[0]
@@ -133,6 +143,8 @@ class CallRecord:
             return problem
         if chunk.get("prompt_token_ids") is not None:
             self.prompt_ids = chunk["prompt_token_ids"]
+        if not self.served_model_known:
+            self.took_served_model(chunk.get("model"))
         if chunk.get("usage"):
             self.usage = chunk["usage"]
         for choice in chunk.get("choices") or []:

@@ -106,6 +106,7 @@ class LLMProxy:
         # does not answer: an app's own model names (gpt-4o) mean nothing to a vLLM serving one model
         self.upstream_models: list[str] | None = None
         self._models_asked_at = -1e9
+        self._models_probe: asyncio.Future[None] | None = None  # the upstream being asked for its models
 
     def _client(self) -> aiohttp.ClientSession:
         # aiohttp, not httpx: httpx's connection pool scans every connection on each request, which made it
@@ -139,26 +140,36 @@ class LLMProxy:
         return Response(orjson.dumps(body), media_type="application/json")
 
     async def served_models(self) -> list[str] | None:
-        """The upstream's model names (None: not known; it has not answered `/models` yet)."""
-        if self.upstream_models is None and time.monotonic() - self._models_asked_at > 30:
-            first = self.engines.first_in_rotation()  # every engine serves the same models: ask any one
-            if first is None:
-                return None
+        """The upstream's model names (None: not known; it has not answered `/models` yet). Calls that arrive while
+        the upstream is being asked wait for its answer (5 s at most) rather than go out under a name it may not
+        serve: the first calls of a run come together."""
+        if self.upstream_models is not None:
+            return self.upstream_models
+        probe = self._models_probe
+        if probe is None or (probe.done() and time.monotonic() - self._models_asked_at > 30):
             self._models_asked_at = time.monotonic()
-            url = f"{first.url}/models"
-            headers = {"authorization": f"Bearer {self.upstream.api_key}"} if self.upstream.api_key else {}
-            try:
-                timeout = aiohttp.ClientTimeout(total=5)
-                async with self._client().get(url, headers=headers, timeout=timeout, allow_redirects=False) as resp:
-                    listed = None
-                    if resp.status == 200:
-                        answer = orjson.loads(await read_capped(resp, self.upstream.max_answer_bytes))
-                        listed = answer.get("data") if isinstance(answer, dict) else None
-                if isinstance(listed, list):
-                    self.upstream_models = [str(m["id"]) for m in listed if isinstance(m, dict) and "id" in m]
-            except (*UPSTREAM_ERRORS, ValueError, BadAnswer) as exc:
-                log.info("the upstream's model list is not known yet (%s): model names pass through", exc)
+            probe = self._models_probe = asyncio.ensure_future(self._ask_models())
+        if not probe.done():
+            await asyncio.shield(probe)
         return self.upstream_models
+
+    async def _ask_models(self) -> None:
+        first = self.engines.first_in_rotation()  # every engine serves the same models: ask any one
+        if first is None:
+            return
+        url = f"{first.url}/models"
+        headers = {"authorization": f"Bearer {self.upstream.api_key}"} if self.upstream.api_key else {}
+        try:
+            timeout = aiohttp.ClientTimeout(total=5)
+            async with self._client().get(url, headers=headers, timeout=timeout, allow_redirects=False) as resp:
+                listed = None
+                if resp.status == 200:
+                    answer = orjson.loads(await read_capped(resp, self.upstream.max_answer_bytes))
+                    listed = answer.get("data") if isinstance(answer, dict) else None
+            if isinstance(listed, list):
+                self.upstream_models = [str(m["id"]) for m in listed if isinstance(m, dict) and "id" in m]
+        except (*UPSTREAM_ERRORS, ValueError, BadAnswer) as exc:
+            log.info("the upstream's model list is not known yet (%s): model names pass through", exc)
 
     def _mapped_model(self, requested: Any) -> str | None:
         """The upstream model a call asking for `requested` goes to, when agl picks it: the one model the upstream
