@@ -16,13 +16,13 @@ from agl.testing.fixtures import wait_rollouts
 
 # the guide's diff to the template's main.py (docs/guides/crewai.md)
 IMPORTS = "import agl\nimport agl_crewai\nagl_crewai.instrument()\n"
-ROLLOUT = '''
+ROLLOUT = """
 
 @agl.rollout
 def research(task, llm):
     result = LatestAi().crew().kickoff(inputs={"topic": task["topic"], "current_year": "2026"})
     return float(bool(result.raw))
-'''
+"""
 
 
 def test_the_guides_template_recipe_through_a_real_worker(
