@@ -92,12 +92,19 @@ def sleepy_sync_agent(task: dict[str, Any], llm: agl.LLM) -> float:
 def elsewhere_agent(task: dict[str, Any], llm: agl.LLM) -> float:
     """Calls the model server behind agl directly (`task["elsewhere"]`), as an app whose client ignores agl's URL
     does; with `task["intended"]` inside `agl.external_llm()` (a judge on purpose); with `task["through_agl"]` it
-    also makes one call through agl."""
+    also makes one call through agl; with `task["refused"]` the server elsewhere refuses it, and with
+    `task["unreached"]` there is none (the app catches both errors and goes on)."""
     other = openai.OpenAI(base_url=task["elsewhere"], api_key="k", max_retries=0)
     with agl.agent("solver"):
         if task.get("intended"):
             with agl.external_llm():
                 other.chat.completions.create(model="m", messages=[{"role": "user", "content": "judge"}])
+        elif task.get("refused") or task.get("unreached"):
+            text = "lost force_error:400" if task.get("refused") else "lost"
+            try:
+                other.chat.completions.create(model="m", messages=[{"role": "user", "content": text}])
+            except openai.APIError:
+                pass
         else:
             other.chat.completions.create(model="m", messages=[{"role": "user", "content": "lost"}])
         if task.get("through_agl"):

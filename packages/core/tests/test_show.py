@@ -207,7 +207,7 @@ def detail() -> RolloutDetail:
 
 
 def render(detail: RolloutDetail, **kw: object) -> list[str]:
-    console = Console(record=True, width=160, file=io.StringIO())
+    console = Console(record=True, width=200, file=io.StringIO())
     console.print(render_rollout(detail, **kw))  # type: ignore[arg-type]
     return console.export_text().splitlines()
 
@@ -264,7 +264,8 @@ def test_nesting_and_order(detail: RolloutDetail) -> None:
 def test_llm_and_tool_lines(detail: RolloutDetail) -> None:
     lines = render(detail)
     llm0 = lines[find(lines, "LLM #0  agent")]
-    assert "agent=writer  model=policy v4  prompt 3 tok → response 2 tok  250 ms  finish=stop" in llm0
+    # the model that served it, and the name the app asked for beside it
+    assert "agent=writer  model=policy v4 (asked for gpt)  prompt 3 tok → response 2 tok  250 ms  finish=stop" in llm0
     assert "not trainable" not in llm0
     llm1 = lines[find(lines, "LLM #1  agent")]
     assert "prompt ? tok → response ? tok" in llm1

@@ -316,7 +316,7 @@ class AsyncClient:
         error: str | None,
         after_llm_seq: int | None,
         agent_scopes: int | None = None,
-        elsewhere: tuple[int, str | None, int] | None = None,
+        elsewhere: tuple[int, str | None, int, int | None, int | None] | tuple[int, str | None, int] | None = None,
     ) -> Completed:
         body = {
             "status": status,
@@ -325,8 +325,9 @@ class AsyncClient:
             "after_llm_seq": after_llm_seq,
             "agent_scopes": agent_scopes,
         }
-        if elsewhere is not None:  # LLM calls sent elsewhere than agl: (bypassed, the first's URL, external)
-            body.update(bypassed_llm_calls=elsewhere[0], bypassed_llm_url=elsewhere[1], external_llm_calls=elsewhere[2])
+        if elsewhere is not None:  # LLM calls sent elsewhere than agl (agl.store.lifecycle.Elsewhere)
+            keys = ("bypassed_llm_calls", "bypassed_llm_url", "external_llm_calls", "bypassed_llm_answered")
+            body.update(zip((*keys, "bypassed_llm_refused"), elsewhere, strict=False))
         resp = await self._http.request("POST", f"{API}/attempts/{attempt_id}/complete", json=body)
         _raise_for(resp)
         missed = resp.headers.get(attr.HEADER_MISSED_ATTRIBUTION, "0")

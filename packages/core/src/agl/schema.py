@@ -161,6 +161,14 @@ class Rollout(_Model):
     bypassed_llm_calls: int = 0
 
 
+ALL_BYPASSED = "every LLM call bypassed agl"  # a rollout whose calls all went elsewhere: nothing recorded
+
+
+def all_bypassed(rollout: Rollout, recorded_calls: int) -> bool:
+    """Whether every LLM call of the rollout's latest attempt went elsewhere than agl (none recorded)."""
+    return rollout.bypassed_llm_calls > 0 and recorded_calls == 0
+
+
 class Attempt(_Model):
     id: str
     rollout_id: str
@@ -177,6 +185,27 @@ class Attempt(_Model):
     bypassed_llm_calls: int = 0
     bypassed_llm_url: str | None = None
     external_llm_calls: int = 0
+    # of the bypassed calls, those answered there (never recorded) and those refused (an HTTP error); the rest never
+    # reached a server. None: not reported (an older runner)
+    bypassed_llm_answered: int | None = None
+    bypassed_llm_refused: int | None = None
+
+    def bypass_story(self) -> str:
+        return bypass_story(self.bypassed_llm_calls, self.bypassed_llm_answered, self.bypassed_llm_refused)
+
+
+def bypass_story(calls: int, answered: int | None, refused: int | None) -> str:
+    """What became of the calls that bypassed agl, in words: "3 answered there, never recorded; 1 refused (an HTTP
+    error)"; answered and refused None: not reported (an older runner)."""
+    if answered is None or refused is None:
+        return "answered or not, never recorded"
+    unreached = calls - answered - refused
+    parts = [
+        f"{answered} answered there, never recorded" if answered else "",
+        f"{refused} refused (an HTTP error)" if refused else "",
+        f"{unreached} reached no server" if unreached > 0 else "",
+    ]
+    return "; ".join(p for p in parts if p)
 
 
 class ClaimRequest(_Model):
@@ -211,6 +240,8 @@ class CompleteRequest(_Model):
     bypassed_llm_calls: int | None = Field(default=None, ge=0, le=INT64_MAX)
     bypassed_llm_url: str | None = Field(default=None, max_length=2000)
     external_llm_calls: int | None = Field(default=None, ge=0, le=INT64_MAX)
+    bypassed_llm_answered: int | None = Field(default=None, ge=0, le=INT64_MAX)
+    bypassed_llm_refused: int | None = Field(default=None, ge=0, le=INT64_MAX)
 
 
 # --------------------------------------------------------------------------------------------- rewards

@@ -29,7 +29,7 @@ from agl.capture.tracing import http_inject
 from agl.capture.tracing.context import RolloutContext, reset_rollout, set_rollout
 from agl.client import AglHTTPError, AsyncClient, Conflict, NotFound, server_url_from_env
 from agl.common import failure
-from agl.schema import Claim
+from agl.schema import Claim, bypass_story
 
 log = logging.getLogger(__name__)
 
@@ -202,7 +202,7 @@ class Runner:
                     error=error,
                     after_llm_seq=ctx.last_llm_seq,
                     agent_scopes=ctx.agent_scopes,
-                    elsewhere=(ctx.bypassed_llm_calls, ctx.bypassed_llm_url, ctx.external_llm_calls),
+                    elsewhere=ctx.elsewhere(),
                 ),
                 what=f"report attempt {ctx.attempt_id}",
             )
@@ -311,14 +311,16 @@ def _warn_bypassed(ctx: RolloutContext) -> None:
     if _warned_bypassed:
         return
     _warned_bypassed = True
+    calls, url, _, answered, refused = ctx.elsewhere()
     log.warning(
-        "%d LLM call(s) of rollout %s went to %s, not to agl: they were answered but never recorded. Point the"
-        " agent's client at the run's LLM URL (%s/v1; `agl worker` sets OPENAI_BASE_URL to it unless"
-        " --keep-openai-env) or at `llm.base_url`. Calls to another model on purpose: wrap them in"
-        " `with agl.external_llm():` or list the host in AGL_EXTERNAL_LLM_HOSTS. (Said once per worker.)",
-        ctx.bypassed_llm_calls,
+        "%d LLM call(s) of rollout %s went to %s, not to agl (%s). Point the agent's client at the run's LLM URL"
+        " (%s/v1; `agl worker` sets OPENAI_BASE_URL and OPENAI_API_BASE to it unless --keep-openai-env) or at"
+        " `llm.base_url`. Calls to another model on purpose: wrap them in `with agl.external_llm():` or list the"
+        " host in AGL_EXTERNAL_LLM_HOSTS. (Said once per worker.)",
+        calls,
         ctx.rollout_id,
-        ctx.bypassed_llm_url,
+        url,
+        bypass_story(calls, answered, refused),
         ctx.server_url.rstrip("/"),
     )
 

@@ -104,3 +104,8 @@ def print_summary(selection: AgentSelection, stats: BuildStats, console: Console
             soft_wrap=True,
         )
     console.print(f"{stats.transitions} transitions from {stats.episodes} of {stats.rollouts} rollouts")
+    if stats.dropped_rollouts:  # why the others gave none: e.g. "every LLM call bypassed agl 3", not a selection
+        console.print(
+            "rollouts left out: " + ", ".join(f"{why} {n}" for why, n in stats.dropped_rollouts.most_common()),
+            soft_wrap=True,
+        )

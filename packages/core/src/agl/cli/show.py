@@ -20,7 +20,7 @@ from rich.tree import Tree
 
 from agl.common import attributes as attr
 from agl.common import failure
-from agl.schema import LLMCall, Reward, RolloutDetail, Span, SpanStatus
+from agl.schema import ALL_BYPASSED, LLMCall, Reward, RolloutDetail, Span, SpanStatus, all_bypassed
 from agl.server.rollout_tree import Node, by_attempt, nest, pick_attempt
 
 _STATUS_STYLE = {
@@ -124,9 +124,9 @@ def _llm_label(call: LLMCall) -> str:
     else:
         agent = "[bold yellow]⚠ unattributed[/]"
     model = escape(call.model or call.model_requested or "?")
-    if call.model and call.model_requested and call.model_requested != call.model:
-        model += f" [dim](asked for {escape(call.model_requested)})[/]"
     version = f" v{call.model_version}" if call.model_version is not None else ""
+    if call.model and call.model_requested and call.model_requested != call.model:  # the name the app gave
+        version += f" [dim](asked for {escape(call.model_requested)})[/]"
     line = (
         f"[bold]LLM #{call.seq}[/]  agent={agent}  model={model}{version}  {_how(call)}"
         f"prompt {_tokens(call.prompt_ids)} tok → response {_tokens(call.response_ids)} tok  "
@@ -217,7 +217,12 @@ def render_rollout(detail: RolloutDetail, *, attempt: str | None = None, full: b
     reward = f"reward [bold]{r.final_reward:g}[/]" if r.final_reward is not None else "[dim]no reward[/]"
     step = f" step {r.step}" if r.step is not None else ""
     header = [
-        f"[bold]rollout {escape(r.id)}[/]  {_status(r.status.value)}",
+        f"[bold]rollout {escape(r.id)}[/]  {_status(r.status.value)}"
+        + (
+            f"  [bold red]⚠ {ALL_BYPASSED} ({r.bypassed_llm_calls})[/]"
+            if all_bypassed(r, len(detail.llm_calls))
+            else ""
+        ),
         f"task {escape(detail.task.id)}: {_preview(detail.task.input)}",
         f"{reward} · attempts {r.attempt_count}/{r.max_attempts} · {r.mode}{step} · "
         f"{_duration(r.started_at, r.ended_at)}",
@@ -240,7 +245,7 @@ def render_rollout(detail: RolloutDetail, *, attempt: str | None = None, full: b
         if a.bypassed_llm_calls:
             label += (
                 f"\n  [bold red]⚠ {a.bypassed_llm_calls} LLM call(s) bypassed agl (first:"
-                f" {escape(a.bypassed_llm_url or '?')}): answered, never recorded[/]"
+                f" {escape(a.bypassed_llm_url or '?')}): {escape(a.bypass_story())}[/]"
             )
         if a.external_llm_calls:
             label += f"\n  [dim]{a.external_llm_calls} call(s) to external LLMs (intended)[/]"

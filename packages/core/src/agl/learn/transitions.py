@@ -25,7 +25,7 @@ from agl.common.gc_pause import gc_paused
 from agl.common.packed import FLOAT64, INT32, concat
 from agl.common.trainable import CallView, RolloutView
 from agl.learn.selection import AgentSelection
-from agl.schema import Reward, RewardSource, Rollout, RolloutStatus
+from agl.schema import ALL_BYPASSED, Reward, RewardSource, Rollout, RolloutStatus, all_bypassed
 
 # Names frameworks give agents the user did not name, so that calls of different agents collapse into one name
 # that no selection can tell apart: LangChain's `create_agent` without `name=` runs its model in a node called
@@ -264,6 +264,9 @@ def build_episode(
         kept.append(name)
         transitions.append(_to_transition(call, rollout, stats))
     stats.kept_by_agent.update(kept)
+    if not calls and all_bypassed(rollout, 0):  # nothing reached agl: not a selection that found nothing
+        stats.dropped_rollouts[ALL_BYPASSED] += 1
+        return None
     if not transitions:
         stats.dropped_rollouts["no trainable call of a selected agent"] += 1
         return None

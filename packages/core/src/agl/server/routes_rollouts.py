@@ -146,7 +146,13 @@ def add_routes(app: FastAPI, server: Server) -> None:
                 elsewhere=(
                     None
                     if req.bypassed_llm_calls is None
-                    else (req.bypassed_llm_calls, req.bypassed_llm_url, req.external_llm_calls or 0)
+                    else (
+                        req.bypassed_llm_calls,
+                        req.bypassed_llm_url,
+                        req.external_llm_calls or 0,
+                        req.bypassed_llm_answered,
+                        req.bypassed_llm_refused,
+                    )
                 ),
             )
         )

@@ -36,6 +36,10 @@ from agl.store.ids import new_id
 from agl.store.records import insert_reward, insert_task
 from agl.store.schema import ATTEMPT_COLUMNS, ROLLOUT_COLUMNS, TASK_COLUMNS, columns, insert_sql
 
+# what an attempt's agent sent elsewhere than agl, as its runner reported it: (calls that bypassed agl, the first
+# one's URL, calls to LLMs it named its own, of the bypassed those answered there, those refused)
+Elsewhere = tuple[int, str | None, int, int | None, int | None]
+
 _SELECT_ROLLOUT = f"SELECT {columns(ROLLOUT_COLUMNS)} FROM rollouts WHERE id=?"
 _SELECT_ATTEMPT = f"SELECT {columns(ATTEMPT_COLUMNS)} FROM attempts WHERE id=?"
 _SELECT_TASK = f"SELECT {columns(TASK_COLUMNS)} FROM tasks WHERE id=?"
@@ -181,7 +185,7 @@ def complete(
     error: str | None = None,
     after_llm_seq: int | None = None,
     agent_scopes: int | None = None,
-    elsewhere: tuple[int, str | None, int] | None = None,
+    elsewhere: Elsewhere | None = None,
 ) -> tuple[Rollout, list[str]]:
     """Record an attempt's outcome once; a repeated identical report changes nothing. Returns the rollout and
     the attempts this ended (none for a repeated report). `agent_scopes`, `elsewhere`: see `Store.complete`."""
@@ -212,9 +216,10 @@ def complete(
     elif not is_latest or ro["status"] != _RUNNING:
         raise ConflictError(f"attempt {attempt_id} is not the active attempt of rollout {ro['id']}")
     conn.execute("UPDATE attempts SET status=?, ended_at=?, error=? WHERE id=?", (status, now, error, attempt_id))
-    if elsewhere is not None:  # (bypassed calls, the first one's URL, external calls) as the runner counted them
+    if elsewhere is not None:  # (bypassed, the first one's URL, external, answered, refused) as the runner counted
         conn.execute(
-            "UPDATE attempts SET bypassed_llm_calls=?, bypassed_llm_url=?, external_llm_calls=? WHERE id=?",
+            "UPDATE attempts SET bypassed_llm_calls=?, bypassed_llm_url=?, external_llm_calls=?,"
+            " bypassed_llm_answered=?, bypassed_llm_refused=? WHERE id=?",
             (*elsewhere, attempt_id),
         )
         conn.execute("UPDATE rollouts SET bypassed_llm_calls=? WHERE id=?", (elsewhere[0], ro["id"]))

@@ -6,7 +6,7 @@ import sqlite3
 from pathlib import Path
 
 DB_FILENAME = "agl.sqlite"
-SCHEMA_VERSION = 10
+SCHEMA_VERSION = 11
 # How to bring a store written by an older agl up to date, step by step; applied once, in one transaction, when
 # the store is opened (data already stored is kept).
 MIGRATIONS: dict[int, tuple[str, ...]] = {
@@ -46,6 +46,12 @@ MIGRATIONS: dict[int, tuple[str, ...]] = {
     # 9 → 10: the engine that answered an LLM call, where the proxy routes over several (calls stored before
     # name none)
     9: ("ALTER TABLE llm_calls ADD COLUMN engine TEXT",),
+    # 10 → 11: what became of the calls that bypassed agl: answered there, or refused (the rest never reached a
+    # server); NULL for attempts reported before, or by an older runner
+    10: (
+        "ALTER TABLE attempts ADD COLUMN bypassed_llm_answered INTEGER",
+        "ALTER TABLE attempts ADD COLUMN bypassed_llm_refused INTEGER",
+    ),
 }
 
 # Each table's columns in the field order of its model (agl.schema), so a row selected with these names maps
@@ -84,6 +90,8 @@ ATTEMPT_COLUMNS = (
     "bypassed_llm_calls",
     "bypassed_llm_url",
     "external_llm_calls",
+    "bypassed_llm_answered",
+    "bypassed_llm_refused",
 )
 SPAN_COLUMNS = (
     "trace_id",
@@ -170,7 +178,8 @@ CREATE TABLE IF NOT EXISTS attempts (
   id TEXT PRIMARY KEY, rollout_id TEXT NOT NULL REFERENCES rollouts(id), number INTEGER NOT NULL,
   worker_id TEXT NOT NULL, status TEXT NOT NULL, started_at REAL NOT NULL, heartbeat_at REAL NOT NULL,
   lease_expires_at REAL NOT NULL, ended_at REAL, error TEXT, bypassed_llm_calls INTEGER NOT NULL DEFAULT 0,
-  bypassed_llm_url TEXT, external_llm_calls INTEGER NOT NULL DEFAULT 0);
+  bypassed_llm_url TEXT, external_llm_calls INTEGER NOT NULL DEFAULT 0, bypassed_llm_answered INTEGER,
+  bypassed_llm_refused INTEGER);
 CREATE INDEX IF NOT EXISTS attempts_rollout ON attempts(rollout_id);
 CREATE INDEX IF NOT EXISTS attempts_lease ON attempts(status, lease_expires_at);
 CREATE TABLE IF NOT EXISTS spans (

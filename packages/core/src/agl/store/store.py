@@ -162,14 +162,14 @@ class Store:
         error: str | None = None,
         after_llm_seq: int | None = None,
         agent_scopes: int | None = None,
-        elsewhere: tuple[int, str | None, int] | None = None,
+        elsewhere: lifecycle.Elsewhere | None = None,
     ) -> Future[Rollout]:
         """Report an attempt's outcome once; a repeated identical report is a no-op (idempotent).
 
         `agent_scopes`: how many agent scopes the attempt opened; with any, its calls that came through an HTTP
         client agl does not patch are marked `missed` (their agent name was lost, see `missed_attribution`).
-        `elsewhere`: (LLM calls that bypassed agl, the first one's URL, calls to LLMs the agent named its own), as
-        the runner counted them; kept with the attempt, and the bypassed count with its rollout."""
+        `elsewhere`: (LLM calls that bypassed agl, the first one's URL, calls to LLMs the agent named its own, of
+        the bypassed ones those answered and those refused (None: not reported)), as the runner counted them; kept with the attempt, and the bypassed count with its rollout."""
 
         def op(conn: sqlite3.Connection) -> Rollout:
             rollout, ended = lifecycle.complete(

@@ -81,6 +81,7 @@ class RolloutContext:
     external_llm_calls: int = 0
     # LLM requests sent to agl through a patched client, and those of them that carried no agent name: all of them
     # unnamed while a framework hook is in place means agents cannot be selected (the runner says so)
+    bypass_outcomes: Counter[str] = field(default_factory=Counter)  # "answered" / "refused" / "unreached"
     llm_calls_sent: int = 0
     llm_calls_unnamed: int = 0
     # spans a span-reading hook (agl_otel) saw start in this rollout, by name: what the runner names when no call
@@ -105,6 +106,18 @@ class RolloutContext:
     def opened_agent_scope(self) -> None:
         with self._seq_lock:
             self.agent_scopes += 1
+
+    def elsewhere(self) -> tuple[int, str | None, int, int, int]:
+        """What the agent sent elsewhere than agl (agl.store.lifecycle.Elsewhere), for the attempt's report."""
+        with self._seq_lock:
+            answered, refused = self.bypass_outcomes["answered"], self.bypass_outcomes["refused"]
+            return (self.bypassed_llm_calls, self.bypassed_llm_url, self.external_llm_calls, answered, refused)
+
+    def bypass_answered(self, status: int | None) -> None:
+        """What became of a call that bypassed agl: its HTTP status, None when it reached no server."""
+        outcome = "unreached" if status is None else "answered" if status < 400 else "refused"
+        with self._seq_lock:
+            self.bypass_outcomes[outcome] += 1
 
     def sent_llm_call(self, *, named: bool) -> None:
         with self._seq_lock:

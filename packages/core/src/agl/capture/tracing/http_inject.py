@@ -43,6 +43,7 @@ _PROXY_PATH = re.compile(r"/rollout/[^/]+/attempt/[^/]+/v1/")
 # what an LLM API's routes end with (OpenAI's chat completions, completions and Responses; Anthropic's messages):
 # such a request sent inside a rollout to a host other than agl's is a call agl never sees
 _LLM_ROUTE = re.compile(r"/(chat/completions|completions|responses|messages)/?$")
+_BYPASS = "agl_bypassed"  # a request's extension: the rollout whose call went elsewhere than agl
 _HEADER_SAFE = " !#$&'()*+,-./:;<=>?@[]^_`{|}~"  # what an agent name keeps as it is in a header (ASCII only)
 
 
@@ -79,6 +80,8 @@ def _prepare(request: Any) -> RolloutContext | None:
     elif not url.startswith(ctx.server_url.rstrip("/") + "/") and _LLM_ROUTE.search(request.url.path):
         intended = external_llm_intended(str(request.url.host), request.url.port)
         ctx.sent_llm_call_elsewhere(url.split("?", 1)[0], intended=intended)
+        if not intended:  # what became of it is noted when it comes back (or does not)
+            request.extensions[_BYPASS] = ctx
         return None
     elif url.startswith(ctx.fixed_llm_base_url + "/") and not url.startswith(ctx.fixed_llm_base_url + "/traces"):
         # the run's one LLM URL (a client built at import time): the ids a proxy URL has in its path travel as
@@ -104,10 +107,22 @@ def _note_seq(ctx: RolloutContext | None, response: Any) -> None:
         ctx.saw_llm_seq(int(seq))
 
 
+def _note_bypass(request: Any, response: Any) -> None:
+    """A call that bypassed agl came back (`response`) or reached no server (None): its rollout counts which."""
+    ctx = request.extensions.pop(_BYPASS, None) if hasattr(request, "extensions") else None
+    if ctx is not None:
+        ctx.bypass_answered(None if response is None else int(response.status_code))
+
+
 def _wrap_sync(original: Callable[..., Any]) -> Callable[..., Any]:
     def send(self: Any, request: Any, **kwargs: Any) -> Any:
         ctx = _prepare(request)
-        response = original(self, request, **kwargs)
+        try:
+            response = original(self, request, **kwargs)
+        except Exception:
+            _note_bypass(request, None)
+            raise
+        _note_bypass(request, response)
         _note_seq(ctx, response)
         return response
 
@@ -118,7 +133,12 @@ def _wrap_sync(original: Callable[..., Any]) -> Callable[..., Any]:
 def _wrap_async(original: Callable[..., Any]) -> Callable[..., Any]:
     async def send(self: Any, request: Any, **kwargs: Any) -> Any:
         ctx = _prepare(request)
-        response = await original(self, request, **kwargs)
+        try:
+            response = await original(self, request, **kwargs)
+        except Exception:
+            _note_bypass(request, None)
+            raise
+        _note_bypass(request, response)
         _note_seq(ctx, response)
         return response
 

@@ -13,7 +13,7 @@ from urllib.parse import urlencode
 
 from agl.common import attributes as attr
 from agl.common import failure
-from agl.schema import LLMCall, Reward, RolloutDetail, RolloutStatus, Span, SpanStatus
+from agl.schema import ALL_BYPASSED, LLMCall, Reward, RolloutDetail, RolloutStatus, Span, SpanStatus, all_bypassed
 from agl.server.dashboard.queries import Page, RolloutFilter
 from agl.server.rollout_tree import Node, by_attempt, nest, pick_attempt
 
@@ -316,7 +316,7 @@ def rollout(detail: RolloutDetail, transitions: list[dict[str, Any]]) -> str:
         if a.bypassed_llm_calls:
             trace_html = (
                 f"<p class=bad>⚠ {a.bypassed_llm_calls} LLM call(s) bypassed agl (first: {_e(a.bypassed_llm_url)}):"
-                " answered, never recorded</p>" + trace_html
+                f" {_e(a.bypass_story())}</p>" + trace_html
             )
         if a.external_llm_calls:
             trace_html = f"<p class=muted>{a.external_llm_calls} call(s) to external LLMs (intended)</p>" + trace_html
@@ -324,7 +324,13 @@ def rollout(detail: RolloutDetail, transitions: list[dict[str, Any]]) -> str:
         attempts.append(f"<details class=attempt{' open' if a.id == shown else ''}>{head}{trace_html}{tree}</details>")
     error = f"<p class=bad>{_e(failure.split(r.error)[0])}</p>" if r.error else ""
     body = (
-        f"<h1>Rollout {_e(r.id)} <span class='status {_e(r.status.value)}'>{_e(r.status.value)}</span></h1>"
+        f"<h1>Rollout {_e(r.id)} <span class='status {_e(r.status.value)}'>{_e(r.status.value)}</span>"
+        + (
+            f" <span class=bad>⚠ {ALL_BYPASSED} ({r.bypassed_llm_calls})</span>"
+            if all_bypassed(r, len(detail.llm_calls))
+            else ""
+        )
+        + "</h1>"
         f"<p class=facts><span>reward <b id=final-reward>{_reward(r.final_reward)}</b></span>"
         f"<span>{_e(r.mode)}</span><span>step {_e(r.step)}</span>"
         f"<span>attempts {r.attempt_count}/{r.max_attempts}</span><span>took {_took(r.started_at, r.ended_at)}</span>"
