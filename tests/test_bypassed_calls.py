@@ -47,7 +47,7 @@ def test_a_call_sent_around_agl_is_counted_warned_about_and_shown(
         {"elsewhere": nowhere, "unreached": True},
     ]
     details = run(agl_server, tasks, tmp_path / "worker.log")
-    lost, mixed, refused, unreached = details
+    lost, mixed, _refused, unreached = details
     assert [d.rollout.status.value for d in details] == ["succeeded"] * 4  # answered (or caught) all the same
     for d in details:
         (attempt,) = d.attempts
