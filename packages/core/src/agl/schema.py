@@ -344,9 +344,10 @@ class LLMCall(_Model):
     # The acting agent's stable second name, where its scope gave one (a CrewAI role before `{topic}` is filled
     # in): training selection matches it as well as `agent_name`.
     agent_key: str | None = None
-    # The API the agent called: `chat` (chat completions) or `responses` (the Responses API, which the proxy
-    # answers through a chat completion). Last, as its store column is.
-    route: Literal["chat", "responses"] = "chat"
+    # The API the agent called: `chat` (chat completions), `responses` (OpenAI's Responses API) or `messages`
+    # (Anthropic's Messages API), the last two answered by the proxy through a chat completion. Last, as its store
+    # column is.
+    route: Literal["chat", "responses", "messages"] = "chat"
     # The engine that answered, where `agl serve` routes over several (`--upstream` given more than once): its
     # base URL. None: the one upstream, or a store written before agl recorded it. Last, as its store column is.
     engine: str | None = None

@@ -27,6 +27,12 @@ class LLM:
     model: str
     api_key: str = "agl"
 
+    @property
+    def anthropic_base_url(self) -> str:
+        """The same endpoint for Anthropic's SDKs, which add `/v1/messages` to their base URL themselves:
+        `anthropic.Anthropic(base_url=llm.anthropic_base_url, api_key=llm.api_key)`."""
+        return self.base_url.rstrip("/").removesuffix("/v1")
+
     def openai_kwargs(self) -> dict[str, str]:
         """`openai.OpenAI(**llm.openai_kwargs())` builds a client for this endpoint."""
         return {"base_url": self.base_url, "api_key": self.api_key}

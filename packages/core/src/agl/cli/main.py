@@ -345,6 +345,17 @@ def point_openai_sdk_at(llm_url: str) -> None:
     # the SDK refuses to build a client without a key; agl's server takes none on loopback, and with a token the
     # attempt's own credential replaces it at send time
     os.environ.setdefault("OPENAI_API_KEY", "agl")
+    # Anthropic's SDKs (and Claude Code, the Claude Agent SDK) read their base URL without the /v1 they add
+    anthropic_url = llm_url.rstrip("/").removesuffix("/v1")
+    previous = os.environ.get("ANTHROPIC_BASE_URL")
+    if previous and previous.rstrip("/") != anthropic_url:
+        log.warning(
+            "ANTHROPIC_BASE_URL was %s: agl worker points it at this run's %s (--keep-openai-env leaves it)",
+            previous,
+            anthropic_url,
+        )
+    os.environ["ANTHROPIC_BASE_URL"] = anthropic_url
+    os.environ.setdefault("ANTHROPIC_API_KEY", "agl")
 
 
 def _run_worker(

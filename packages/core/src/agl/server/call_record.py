@@ -1,7 +1,7 @@
 """One call as the proxy sees it: whether a request can be recorded, what the call's answer told, the record.
 
 `request_problem` runs before anything is forwarded (a request the store could not record is refused, not
-answered and then lost), with the parse, on a worker thread for a large body (`parse_chat`, `parse_responses`);
+answered and then lost), with the parse, on a worker thread for a large body (`parse_chat`; the translated APIs' in agl.server.translated_apis);
 a `CallRecord` collects the ids, log-probs, message and status of the answer, JSON body or SSE chunks, checked
 first (`answer_problem`, `chunk_problem`: an upstream's answer is not trusted), and becomes the `LLMCall` the
 store keeps, with the reason it cannot be trained on, if any.
@@ -19,7 +19,6 @@ import orjson
 
 from agl.common import attributes as attr
 from agl.schema import Attribution, LLMCall
-from agl.server import responses as responses_api
 from agl.store import new_id
 
 # Sampling parameters that change the distribution a response is drawn from beyond the temperature, with the
@@ -551,31 +550,6 @@ def parse_chat(raw: bytes, max_structures: int = MAX_REQUEST_STRUCTURES) -> dict
         return f"request body is not valid JSON: {exc}"
     problem = request_problem(body, large=len(raw) > OFF_LOOP_BYTES)
     return problem if problem is not None else body
-
-
-def parse_responses(
-    raw: bytes, max_structures: int = MAX_REQUEST_STRUCTURES
-) -> tuple[dict[str, Any], dict[str, Any]] | str:
-    """A Responses API request body, parsed, checked and translated: (the body, its chat request), or why it is
-    refused (a 400)."""
-    if (dense := structure_problem(raw, max_structures)) is not None:
-        return dense
-    try:
-        body = orjson.loads(raw)
-    except orjson.JSONDecodeError as exc:
-        return f"request body is not valid JSON: {exc}"
-    if not isinstance(body, dict):
-        return "the request body must be a JSON object"
-    if len(raw) > OFF_LOOP_BYTES and (deep := unstorable(body)) is not None:
-        return deep
-    if len(raw) <= OFF_LOOP_BYTES and too_deep(body):  # before translation: the answer echoes parts of the request
-        return f"request body nests lists and objects more than {MAX_JSON_DEPTH} levels deep"
-    try:
-        chat = responses_api.to_chat(body)
-    except responses_api.ResponsesRequestError as exc:
-        return str(exc)
-    problem = request_problem(chat)
-    return problem if problem is not None else (body, chat)
 
 
 def json_or_none(content: bytes) -> Any:

@@ -34,13 +34,14 @@ def describe_validation(exc: RequestValidationError) -> str:
 LLM_ROUTES = (
     "POST /v1/chat/completions",
     "POST /v1/responses",
+    "POST /v1/messages (Anthropic's Messages API)",
     "GET /v1/models",
     "(each also under /rollout/{rollout_id}/attempt/{attempt_id}/v1/...)",
 )
 
 
 # the LLM routes under `.../v1/`, and the one method each takes (a known route asked with another gets 405)
-_LLM_METHODS = {"chat/completions": "POST", "responses": "POST", "models": "GET"}
+_LLM_METHODS = {"chat/completions": "POST", "responses": "POST", "messages": "POST", "models": "GET"}
 
 
 def unknown_llm_route(request: Request) -> Response:

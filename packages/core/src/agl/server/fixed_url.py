@@ -16,7 +16,7 @@ from typing import Any
 from agl.protocol import HEADER_ATTEMPT_ID, HEADER_ROLLOUT_ID, error_bytes
 
 # the LLM routes of the proxy, as a per-rollout URL serves them below `.../v1`
-_LLM_PATH = re.compile(r"^/v1/(chat/completions|responses)/?$")
+_LLM_PATH = re.compile(r"^/v1/(chat/completions|responses|messages)/?$")
 _ID = re.compile(r"^[A-Za-z0-9_.:-]{1,200}$")  # ids become a path segment: nothing that could change the path
 _ROLLOUT = HEADER_ROLLOUT_ID.encode()
 _ATTEMPT = HEADER_ATTEMPT_ID.encode()

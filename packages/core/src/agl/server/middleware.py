@@ -66,11 +66,14 @@ class BearerTokenMiddleware:
             return
         if _is_ui(scope["path"]) and await self._ui(scope, receive, send):
             return
-        given = b""
+        given = api_key = b""
         for key, value in scope["headers"]:
             if key == b"authorization":
                 given = value
-                break
+            elif key == b"x-api-key":  # Anthropic's SDKs send their key here, not as a bearer token
+                api_key = value
+        if not given and api_key:
+            given = b"Bearer " + api_key.strip()
         scheme, _, credential = given.strip().partition(b" ")
         credential = credential.strip()
         is_bearer = scheme.lower() == b"bearer"

@@ -22,12 +22,11 @@ from typing import Any
 import aiohttp
 import orjson
 from starlette.requests import Request
-from starlette.responses import Response, StreamingResponse
+from starlette.responses import Response
 
 from agl import protocol
 from agl.common import attributes as attr
 from agl.schema import ModelVersion
-from agl.server import responses as responses_api
 from agl.server.call_gate import CallGate, CallMeter
 from agl.server.call_record import (
     MALFORMED,
@@ -38,7 +37,6 @@ from agl.server.call_record import (
     json_or_none,
     off_loop_if_large,
     parse_chat,
-    parse_responses,
     without_logprobs,
 )
 from agl.server.engines import Engine, EngineRouter
@@ -272,34 +270,6 @@ class LLMProxy:
         if isinstance(parsed, str):
             return openai_error(400, parsed, "invalid_request_error")
         return await self.answer_chat(parsed, request, rollout_id, attempt_id, heavy=len(raw) > OFF_LOOP_BYTES)
-
-    async def responses(self, request: Request, rollout_id: str, attempt_id: str) -> Response:
-        """The Responses API, through the chat path (agl.server.responses says why)."""
-        raw = await request.body()
-        parsed = await off_loop_if_large(
-            partial(parse_responses, max_structures=self.upstream.max_request_structures), raw
-        )
-        if isinstance(parsed, str):
-            return openai_error(400, parsed, "invalid_request_error")
-        body, chat = parsed
-        answer = await self.answer_chat(
-            chat,
-            request,
-            rollout_id,
-            attempt_id,
-            route="responses",
-            client_stream=bool(body.get("stream")),
-            heavy=len(raw) > OFF_LOOP_BYTES,
-        )
-        if answer.status_code != 200:
-            return answer  # an error in the OpenAI envelope, which the Responses API uses too
-        result = responses_api.from_chat(orjson.loads(bytes(answer.body)), body)
-        headers = {k: v for k, v in answer.headers.items() if k == attr.HEADER_LLM_SEQ}
-        if body.get("stream"):
-            return StreamingResponse(
-                iter(list(responses_api.stream_events(result))), media_type="text/event-stream", headers=headers
-            )
-        return Response(orjson.dumps(result), media_type="application/json", headers=headers)
 
     async def answer_chat(
         self,

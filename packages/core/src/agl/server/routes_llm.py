@@ -1,4 +1,4 @@
-"""The LLM proxy's routes: an attempt's OpenAI-compatible chat completions, responses and models, the run's fixed
+"""The LLM proxy's routes: an attempt's OpenAI-compatible chat completions, responses and models, Anthropic's messages, the run's fixed
 models route, and a 404 that names what the proxy serves for any other OpenAI route. `ProxyFastPath` sends chat
 completions to the proxy ahead of FastAPI."""
 
@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any
 from fastapi import FastAPI, Request
 from starlette.responses import Response
 
+from agl.server import translated_apis
 from agl.server.errors import unknown_llm_route
 from agl.server.proxy import LLMProxy
 
@@ -49,7 +50,12 @@ def add_routes(app: FastAPI, server: Server) -> None:
 
     @app.post("/rollout/{rollout_id}/attempt/{attempt_id}/v1/responses", tags=["llm proxy"])
     async def responses(rollout_id: str, attempt_id: str, request: Request) -> Response:
-        return await proxy.responses(request, rollout_id, attempt_id)
+        return await translated_apis.responses(proxy, request, rollout_id, attempt_id)
+
+    @app.post("/rollout/{rollout_id}/attempt/{attempt_id}/v1/messages", tags=["llm proxy"])
+    async def messages(rollout_id: str, attempt_id: str, request: Request) -> Response:
+        """Anthropic's Messages API, served through chat completions (agl.server.anthropic_messages)."""
+        return await translated_apis.messages(proxy, request, rollout_id, attempt_id)
 
     @app.get("/rollout/{rollout_id}/attempt/{attempt_id}/v1/models", tags=["llm proxy"])
     async def rollout_models(rollout_id: str, attempt_id: str) -> Response:
