@@ -47,6 +47,8 @@ def check_selection_found(build: BuildStats, selection: AgentSelection, step: in
     would train nothing too."""
     if selection.agents is None or build.kept_by_agent.total() > 0 or not build.dropped_by_agent:
         return
+    if any(name is not None and selection.selects(name) for name in build.dropped_by_agent):
+        return  # the agents called, and their calls were left out for other reasons (the step line says which)
     seen = ", ".join(
         f"{name if name is not None else 'unattributed'} ({count})"
         for name, count in build.dropped_by_agent.most_common()
