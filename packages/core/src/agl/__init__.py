@@ -49,11 +49,17 @@ _EXPORTS = {
     "RunnerOptions": "agl.capture.runner",
     "Store": "agl.store",
     "configure_otel": "agl.capture.tracing.otel",
+    "run_cli": "agl.capture.cli_agent",
+    "workspace": "agl.capture.cli_agent",
+    "CliResult": "agl.capture.cli_agent",
 }
 
 __all__ = ["__version__", *_EXPORTS]
 
 if TYPE_CHECKING:  # the same names, for type checkers (the `as` form marks them as re-exported)
+    from agl.capture.cli_agent import CliResult as CliResult
+    from agl.capture.cli_agent import run_cli as run_cli
+    from agl.capture.cli_agent import workspace as workspace
     from agl.capture.decorator import RolloutFunction as RolloutFunction
     from agl.capture.decorator import rollout as rollout
     from agl.capture.llm import LLM as LLM

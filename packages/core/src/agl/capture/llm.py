@@ -33,6 +33,13 @@ class LLM:
         `anthropic.Anthropic(base_url=llm.anthropic_base_url, api_key=llm.api_key)`."""
         return self.base_url.rstrip("/").removesuffix("/v1")
 
+    def for_agent(self, agent: str) -> LLM:
+        """This endpoint for a process agl's HTTP hook is not in (a command-line agent): its URL names `agent`
+        (`.../agent/NAME/v1`), so its calls are stored under that agent without agl's headers."""
+        from agl.capture.cli_agent import agent_url
+
+        return LLM(agent_url(self, agent), self.model, self.api_key)
+
     def openai_kwargs(self) -> dict[str, str]:
         """`openai.OpenAI(**llm.openai_kwargs())` builds a client for this endpoint."""
         return {"base_url": self.base_url, "api_key": self.api_key}

@@ -12,12 +12,17 @@ from __future__ import annotations
 
 import re
 from typing import Any
+from urllib.parse import quote, unquote
 
-from agl.protocol import HEADER_ATTEMPT_ID, HEADER_ROLLOUT_ID, error_bytes
+from agl.protocol import HEADER_AGENT, HEADER_ATTEMPT_ID, HEADER_ROLLOUT_ID, error_bytes
 
 # the LLM routes of the proxy, as a per-rollout URL serves them below `.../v1`
 _LLM_PATH = re.compile(r"^/v1/(chat/completions|responses|messages)/?$")
 _ID = re.compile(r"^[A-Za-z0-9_.:-]{1,200}$")  # ids become a path segment: nothing that could change the path
+# an attempt's URL naming its agent (see FixedUrlMiddleware): rollout, attempt, agent (percent-encoded), the rest
+_AGENT_PATH = re.compile(r"^/rollout/([^/]+)/attempt/([^/]+)/agent/([^/]+)/v1/(.*)$")
+_AGENT = HEADER_AGENT.encode()
+_HEADER_SAFE = " !#$&'()*+,-./:;<=>?@[]^_`{|}~"  # as agl's HTTP hook sends a name (agl.capture.tracing.http_inject)
 _ROLLOUT = HEADER_ROLLOUT_ID.encode()
 _ATTEMPT = HEADER_ATTEMPT_ID.encode()
 
@@ -34,12 +39,21 @@ REFUSAL = "agl.fixed_url_refusal"  # the scope key carrying why a fixed-URL call
 class FixedUrlMiddleware:
     """Outermost: a call at the fixed URL with its rollout's headers becomes the per-rollout call. One without
     them is only marked: `FixedUrlRefusal`, inside the guards, answers it, so a caller without the token learns
-    nothing from the refusal (it gets the token guard's 401 first)."""
+    nothing from the refusal (it gets the token guard's 401 first).
+
+    An attempt's URL may also name the agent that calls it, `/rollout/R/attempt/A/agent/NAME/v1/...`: for a
+    process agl's HTTP hook is not in (a command-line agent, `agl.run_cli`), whose calls carry no agent header;
+    the call becomes the attempt's own with NAME as its agent header, as the hook would have sent it."""
 
     def __init__(self, app: Any) -> None:
         self.app = app
 
     async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
+        if scope["type"] == "http" and (named := _AGENT_PATH.match(scope["path"])) is not None:
+            path = f"/rollout/{named[1]}/attempt/{named[2]}/v1/{named[4]}"
+            headers = [(k, v) for k, v in scope["headers"] if k != _AGENT]
+            headers.append((_AGENT, quote(unquote(named[3]), safe=_HEADER_SAFE).encode()))
+            scope = {**scope, "path": path, "raw_path": path.encode(), "headers": headers}
         if scope["type"] != "http" or not _LLM_PATH.match(scope["path"]):
             await self.app(scope, receive, send)
             return

@@ -1,0 +1,65 @@
+"""Command-line agents as rollouts (issue #44): `agl.run_cli` runs a program that knows nothing of agl in a fresh
+`agl.workspace`, with the attempt's endpoint in its environment and its agent in the URL; through real `agl serve`
+and `agl worker` processes against the scripted backend: its call stored under its agent with exact ids, its run as
+a span with the output's tail, the workspace gone afterwards; on its time limit the whole process tree killed."""
+
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+from typing import Any
+
+from agl.client import Client
+from agl.common.processes import ServerProcess
+from agl.testing.fixtures import wait_rollouts
+from agl.testing.upstream import encode, render_prompt
+
+APP = str(Path(__file__).with_name("cli_apps.py")) + ":solve"
+
+
+def alive(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return False
+    return state != "Z"
+
+
+def test_a_cli_agent_runs_in_its_workspace_and_its_calls_are_its_own(
+    agl_server: ServerProcess, agl_client: Client, agl_workers: Any, tmp_path: Path
+) -> None:
+    files = tmp_path / "task-files"
+    files.mkdir()
+    (files / "task.txt").write_text("What is 3 * 4?\n")
+    scratch = tmp_path / "tmp"  # the worker's temporary folder: every workspace is made there
+    scratch.mkdir()
+    pids = tmp_path / "pids.txt"
+    tasks = [{"files": str(files)}, {"files": str(files), "hang": True, "pids": str(pids), "timeout_s": 3}]
+    ids = [r.id for task in tasks for r in agl_client.enqueue(task)]
+    agl_workers(APP, agl_server.url, env={"TMPDIR": str(scratch)})
+    done = wait_rollouts(agl_client, ids, timeout=120)
+    assert [r.status.value for r in done] == ["succeeded", "succeeded"]
+    answered, hung = (agl_client.rollout_detail(i) for i in ids)
+
+    assert answered.rollout.final_reward == 1.0  # answered, exit 0, the output's tail kept
+    (call,) = answered.llm_calls
+    assert call.agent_name == "cli-agent" and call.trainable  # named by its URL: no agl in that process
+    assert call.prompt_ids == encode(render_prompt(call.request["messages"], None))
+    assert call.response_ids == encode("Echo: What is 3 * 4?")
+    (span,) = [s for s in answered.spans if s.name.startswith("cli:")]
+    assert span.status.value == "ok" and span.agent_name == "cli-agent"
+    assert "asking: What is 3 * 4?" in str(span.attributes["cli.output_tail"])
+
+    # the hung one: killed on its time limit, its child too; the rollout goes on and says so
+    assert hung.rollout.final_reward == 0.0 and hung.llm_calls == []
+    assert [r.value for r in hung.rewards if r.name == "timed_out"] == [1.0]
+    (span,) = [s for s in hung.spans if s.name.startswith("cli:")]
+    assert span.status.value == "error" and "timed out" in str(span.status_message)
+    child, leader = (int(p) for p in pids.read_text().split())
+    deadline = time.monotonic() + 10
+    while (alive(child) or alive(leader)) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not alive(child) and not alive(leader)
+    # every workspace was deleted afterwards
+    assert not [p for p in os.listdir(scratch) if p.startswith("agl-workspace-")]
