@@ -96,6 +96,7 @@ CASES = (
         "otel-adapter",
         (
             "opentelemetry-sdk",
+            "langchain",
             "langgraph",
             "langchain-openai",
             "openinference-instrumentation-langchain",
@@ -111,6 +112,7 @@ CASES = (
             "openai",
         ),
         (
+            "langchain",
             "langgraph",
             "openinference-instrumentation-langchain",
             "llama-index-core",

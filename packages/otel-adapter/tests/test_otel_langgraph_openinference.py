@@ -16,6 +16,7 @@ from agl.learn.transitions import build_episodes
 from otel_support import assert_exact_ids, run_example, tool_spans
 
 pytest.importorskip("langgraph", reason="LangGraph is not installed: pip install langgraph langchain-openai")
+pytest.importorskip("langchain.agents", reason="LangChain is not installed: pip install langchain")
 pytest.importorskip(
     "openinference.instrumentation.langchain",
     reason="OpenInference's LangChain instrumentation is not installed: pip install openinference-instrumentation-langchain",
