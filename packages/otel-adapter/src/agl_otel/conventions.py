@@ -149,6 +149,29 @@ CONVENTIONS: tuple[Convention, ...] = (
         span_names=frozenset({"Agent.run", "Agent.run_async"}),
     ),
     # --- end Haystack ---
+    # --- CrewAI (openinference-instrumentation-crewai 1.1.21) ---
+    # A crew's agent runs its task in an AGENT span the instrumentor names `<role>._execute_core` (`Task._execute_core`;
+    # `<role>.<task name>._execute_core` when the task has a name, read here as the agent "<role>.<task name>"); it
+    # starts the span with only its kind and sets `graph.node.id` (the role) after it started, never `agent.name`.
+    # The role is read from the span's name (the general row below would take the whole name); a lone
+    # `Agent.kickoff()` outside a crew is an AGENT span `<role>.kickoff` (the crew's own `<crew>.kickoff` is a CHAIN)
+    Convention(
+        "OpenInference semantic conventions 0.1, CrewAI task spans named <role>._execute_core",
+        "agent",
+        {"openinference.span.kind": frozenset({"AGENT"})},
+        name_attributes=("graph.node.id",),
+        name_suffix="._execute_core",
+        by_span_name=True,
+    ),
+    Convention(
+        "OpenInference semantic conventions 0.1, CrewAI Agent.kickoff spans named <role>.kickoff",
+        "agent",
+        {"openinference.span.kind": frozenset({"AGENT"})},
+        name_attributes=("graph.node.id",),
+        name_suffix=".kickoff",
+        by_span_name=True,
+    ),
+    # --- end CrewAI ---
     Convention(
         OPENINFERENCE,
         "agent",
