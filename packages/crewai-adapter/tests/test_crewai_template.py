@@ -5,6 +5,7 @@ role, with the role's template as its key."""
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -49,7 +50,7 @@ def test_the_guides_template_recipe_through_a_real_worker(
 
     (rollout,) = agl_client.enqueue({"topic": "AI LLMs"})
     env = {"MODEL": "openai/agl-policy", "CREWAI_DISABLE_TELEMETRY": "true", "CREWAI_TRACING_ENABLED": "false"}
-    env["PYTHONPATH"] = str(project / "src")
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(project / "src"), os.environ.get("PYTHONPATH")) if p)
     agl_workers(f"{main}:research", agl_server.url, env=env, cwd=project)  # the crew writes its report.md there
     (done,) = wait_rollouts(agl_client, [rollout.id], timeout=180)
     assert done.status.value == "succeeded", done.error
