@@ -107,7 +107,8 @@ def test_a_call_sent_around_agl_is_counted_warned_about_and_shown(
         text=True,
         timeout=60,
     ).stdout
-    assert listed.count("bypassed agl") == 4
+    assert listed.count("every LLM call bypassed agl (1)") == 3  # lost, refused, unreached: nothing recorded
+    assert listed.count("1 LLM call(s) bypassed agl") == 1  # mixed: one of its calls reached agl
 
 
 def test_calls_to_another_model_on_purpose_are_counted_apart(

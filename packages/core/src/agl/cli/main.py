@@ -490,9 +490,15 @@ def rollouts(server_url: str, token: str | None, status: str | None, step: int |
     from rich.console import Console
     from rich.table import Table
 
+    from agl.schema import ALL_BYPASSED, all_bypassed
+
     with _client(server_url, token) as client:
         items, total = client.list_rollouts(status=status, step=step, limit=limit, offset=offset)
         counts = client.stats()["rollouts_by_status"]
+        # whether anything was recorded, for the few rollouts whose calls went elsewhere (the list has no counts)
+        everything_bypassed = {
+            r.id for r in items if r.bypassed_llm_calls and all_bypassed(r, len(client.rollout_detail(r.id).llm_calls))
+        }
     table = Table(
         title=f"rollouts {offset + 1}-{offset + len(items)} of {total}  "
         + "  ".join(f"{k}={v}" for k, v in sorted(counts.items()))
@@ -509,7 +515,12 @@ def rollouts(server_url: str, token: str | None, status: str | None, step: int |
             "-" if r.final_reward is None else f"{r.final_reward:g}",
             r.mode,
             "" if r.step is None else str(r.step),
-            (f"[bold red]⚠ {r.bypassed_llm_calls} LLM call(s) bypassed agl[/] " if r.bypassed_llm_calls else "")
+            (f"[bold red]⚠ {ALL_BYPASSED} ({r.bypassed_llm_calls})[/] " if r.id in everything_bypassed else "")
+            + (
+                f"[bold red]⚠ {r.bypassed_llm_calls} LLM call(s) bypassed agl[/] "
+                if r.bypassed_llm_calls and r.id not in everything_bypassed
+                else ""
+            )
             + (r.error or "")[:60],
         )
     Console(width=max(Console().width, 140)).print(table)
