@@ -78,7 +78,7 @@ class Colocation:
     ) -> None:
         if level not in (1, 2):
             raise ValueError(f"vLLM's sleep level is 1 or 2, got {level}")
-        self.root = root_url.rstrip("/").removesuffix("/v1")
+        self.root = root_of(root_url)
         self.servers = servers  # on a cluster, every node's server (agl_trainer.engine_fleet): all sleep and wake
         self.policy = policy
         self.level = level

@@ -77,8 +77,7 @@ def agent_url(llm: LLM, agent: str | None) -> str:
     """The attempt's LLM URL, naming `agent` when given (`.../agent/NAME/v1`)."""
     if agent is None:
         return llm.base_url
-    root = llm.base_url.rstrip("/").removesuffix("/v1")
-    return f"{root}/agent/{quote(agent, safe='')}/v1"
+    return f"{llm.anthropic_base_url}/agent/{quote(agent, safe='')}/v1"  # the URL without its /v1, as there
 
 
 def cli_environment(llm: LLM, agent: str | None, extra: Mapping[str, str] | None = None) -> dict[str, str]:
