@@ -320,44 +320,6 @@ def load_agent(spec: str) -> Any:
         _fail(str(exc))
 
 
-# The variables OpenAI-compatible clients read for their base URL when built without one (docs/guides/workers.md has
-# the table): the OpenAI SDK (and the Agents SDK, Agno, Haystack, smolagents, AutoGen on top of it) and LangChain
-# read OPENAI_BASE_URL; LlamaIndex, LiteLLM (DSPy, CrewAI) and LangChain's older name read OPENAI_API_BASE.
-OPENAI_BASE_URL_VARIABLES = ("OPENAI_BASE_URL", "OPENAI_API_BASE")
-
-
-def point_openai_sdk_at(llm_url: str) -> None:
-    """Each base-URL variable (OPENAI_BASE_URL_VARIABLES) and, when unset, a placeholder OPENAI_API_KEY, for the
-    OpenAI SDK and the frameworks built on it, which read them when a client is built without a base URL: an
-    unchanged app then calls agl, not the hosted API (billed, never recorded) nor the model server behind agl
-    (answered, never recorded)."""
-    for name in OPENAI_BASE_URL_VARIABLES:
-        previous = os.environ.get(name)
-        if previous and previous.rstrip("/") != llm_url.rstrip("/"):
-            log.warning(
-                "%s was %s: agl worker points it at this run's LLM URL %s, so that the agent's calls are"
-                " recorded (--keep-openai-env leaves it as it was)",
-                name,
-                previous,
-                llm_url,
-            )
-        os.environ[name] = llm_url
-    # the SDK refuses to build a client without a key; agl's server takes none on loopback, and with a token the
-    # attempt's own credential replaces it at send time
-    os.environ.setdefault("OPENAI_API_KEY", "agl")
-    # Anthropic's SDKs (and Claude Code, the Claude Agent SDK) read their base URL without the /v1 they add
-    anthropic_url = llm_url.rstrip("/").removesuffix("/v1")
-    previous = os.environ.get("ANTHROPIC_BASE_URL")
-    if previous and previous.rstrip("/") != anthropic_url:
-        log.warning(
-            "ANTHROPIC_BASE_URL was %s: agl worker points it at this run's %s (--keep-openai-env leaves it)",
-            previous,
-            anthropic_url,
-        )
-    os.environ["ANTHROPIC_BASE_URL"] = anthropic_url
-    os.environ.setdefault("ANTHROPIC_API_KEY", "agl")
-
-
 def _run_worker(
     agent_spec: str,
     server_url: str,
@@ -429,7 +391,9 @@ def worker(
     llm_url = fixed_llm_base_url(server_url)
     os.environ[ENV_LLM_BASE_URL] = llm_url
     if not keep_openai_env:
-        point_openai_sdk_at(llm_url)
+        from agl.capture.worker_env import point_sdks_at
+
+        point_sdks_at(llm_url)
     load_agent(agent)  # fail fast with a clear message before any process starts
     options = {"concurrency": concurrency, "lease_s": lease_s, "heartbeat_s": heartbeat_s}
     args = (agent, server_url, token, options, max_rollouts, idle_exit_s)
