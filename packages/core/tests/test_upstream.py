@@ -143,6 +143,40 @@ def test_directives_script_each_agent_tools_in_order_then_its_own_text(upstream:
     assert client.chat.completions.create(model="m", messages=say_only).choices[0].message.content == "APPROVED"  # type: ignore[arg-type]
 
 
+def test_step_lines_script_one_answer_per_assistant_turn(upstream: ThreadedUpstream) -> None:
+    bash = {"type": "function", "function": {"name": "bash", "parameters": {"type": "object"}}}
+    edit = {"type": "function", "function": {"name": "edit", "parameters": {"type": "object"}}}
+    task = 'Fix it.\nagl-step: bash {"command": "cat a.py, b.py"}\nagl-step: edit {"old": "x", "new": "y"}\nagl-step: say "done\\nbye"'
+    messages: list[dict[str, Any]] = [{"role": "system", "content": "You code."}, {"role": "user", "content": task}]
+    seen = []
+    for _ in range(4):
+        message = post(upstream, {"model": "m", "messages": messages, "tools": [bash, edit]}).json()["choices"][0][
+            "message"
+        ]
+        seen.append(message)
+        messages.append(message)
+        for call in message.get("tool_calls") or []:
+            messages.append({"role": "tool", "tool_call_id": call["id"], "content": "ok"})
+    calls = [
+        (m["tool_calls"][0]["function"]["name"], json.loads(m["tool_calls"][0]["function"]["arguments"]))
+        for m in seen[:2]
+    ]
+    # commas and newlines in a step's JSON survive, unlike agl-args' comma-separated values
+    assert calls == [("bash", {"command": "cat a.py, b.py"}), ("edit", {"old": "x", "new": "y"})]
+    assert seen[2]["content"] == "done\nbye"
+    assert seen[3]["content"].startswith("Echo: Fix it.")  # past the script, the other rules answer
+    # a step whose tool is not offered (a harness's side call) falls through to the other rules
+    side = post(upstream, {"model": "m", "messages": [{"role": "user", "content": task}]}).json()
+    assert side["choices"][0]["message"]["content"].startswith("Echo: Fix it.")
+
+
+def test_a_malformed_step_is_a_400_naming_it(upstream: ThreadedUpstream) -> None:
+    resp = post(upstream, {"model": "m", "messages": [{"role": "user", "content": "agl-step: bash {not json}"}]})
+    assert resp.status_code == 400 and "agl-step 1" in resp.text
+    resp = post(upstream, {"model": "m", "messages": [{"role": "user", "content": 'agl-step: say {"a": 1}'}]})
+    assert resp.status_code == 400 and "`say` takes a JSON string" in resp.text
+
+
 @pytest.mark.parametrize("tools", [None, TOOLS])
 def test_stream_carries_the_same_ids_and_message_as_the_complete_answer(upstream: ThreadedUpstream, tools: Any) -> None:
     request: dict[str, Any] = {

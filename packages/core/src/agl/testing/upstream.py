@@ -18,17 +18,21 @@ where message text and tool calls are rendered by `agl.common.hermes`, as the tr
 
 Script, first rule that matches:
 1. `force_error:<status>` in the last user message → an OpenAI-style error with that HTTP status;
-2. a system message says `agl-tools: a, b` and one of those tools is offered and not yet called in the
+2. the first system or user message with `agl-step:` lines scripts the conversation, one step per assistant turn
+   (the k-th line answers when the conversation holds k-1 assistant messages): `agl-step: say <JSON string>`
+   answers that text, `agl-step: <tool> <JSON object>` calls that tool with those arguments (when it is offered;
+   when not, as when the steps are used up, the rules below answer): a coding harness's read, edit, test, finish;
+3. a system message says `agl-tools: a, b` and one of those tools is offered and not yet called in the
    conversation → a call of the first such tool (a multi-agent app gives each agent its own line);
    arguments: those an `agl-args: tool.param=value, ...` line names (a handoff's `to_agent`), then
    `expression` gets `<int><op><int>` from the last user message, other string parameters the last user
    message itself;
-3. a system message says `agl-say: <text>` → that text, `{tool}` replaced by the last tool result and
+4. a system message says `agl-say: <text>` → that text, `{tool}` replaced by the last tool result and
    `{temperature}` by the request's temperature (`None` when it sets none);
-4. the last message is a tool result → "The answer is {tool result}";
-5. tools are offered and the last user message holds `<int> <op> <int>` → a call of the first tool with
+5. the last message is a tool result → "The answer is {tool result}";
+6. tools are offered and the last user message holds `<int> <op> <int>` → a call of the first tool with
    `{"expression": "<int><op><int>"}`, finish reason `tool_calls`;
-6. otherwise → "Echo: {last user message}".
+7. otherwise → "Echo: {last user message}".
 Text answers are cut at `max_tokens` / `max_completion_tokens` tokens (finish reason `length`).
 """
 
@@ -61,6 +65,7 @@ _FORCE_ERROR = re.compile(r"force_error:(\d{3})")
 _TOOLS_DIRECTIVE = re.compile(r"agl-tools:[ \t]*([^\n]*)")
 _ARGS_DIRECTIVE = re.compile(r"agl-args:[ \t]*([^\n]*)")
 _SAY_DIRECTIVE = re.compile(r"agl-say:[ \t]*([^\n]*)")
+_STEP_DIRECTIVE = re.compile(r"^agl-step:[ \t]*([^\n]*)", re.MULTILINE)
 
 Scope = MutableMapping[str, Any]
 Message = MutableMapping[str, Any]
@@ -127,6 +132,33 @@ def _pending_directive_tool(
     return next((offered[n] for n in wanted if n in offered and n not in called), None)
 
 
+def _scripted_step(messages: list[dict[str, Any]]) -> tuple[str, Any] | None:
+    """The `agl-step:` line for this turn as (tool name or "say", arguments or text), or None past the script.
+    A malformed line is a 400 naming it: a test's script is wrong, not the agent under test."""
+    steps = next(
+        (
+            found
+            for m in messages
+            if m.get("role") in ("system", "developer", "user")
+            and (found := _STEP_DIRECTIVE.findall(hermes.message_text(m.get("content"))))
+        ),
+        [],
+    )
+    turn = sum(1 for m in messages if m.get("role") == "assistant")
+    if turn >= len(steps):
+        return None
+    head, _, rest = steps[turn].strip().partition(" ")
+    try:
+        value = json.loads(rest)
+    except ValueError as exc:
+        raise BadRequest(
+            400, f"agl-step {turn + 1} is not `<tool> <JSON object>` or `say <JSON string>`: {exc}"
+        ) from exc
+    if (head == "say") != isinstance(value, str) or not (isinstance(value, (str, dict))):
+        raise BadRequest(400, f"agl-step {turn + 1}: `say` takes a JSON string, a tool a JSON object: {steps[turn]!r}")
+    return head, value
+
+
 def _named_arguments(system: str, tool_name: str) -> dict[str, str]:
     """What `agl-args: tool.param=value, ...` lines set for `tool_name`."""
     named: dict[str, str] = {}
@@ -179,13 +211,20 @@ class _Reply:
         last_tool = next(
             (hermes.message_text(m.get("content")) for m in reversed(messages) if m.get("role") == "tool"), ""
         )
+        step = _scripted_step(messages)
+        offered = {_tool_name(t): t for t in tools or []}
+        if step is not None and step[0] in offered:
+            self._call(offered[step[0]], step[1])
+            return
         pending = _pending_directive_tool(system, messages, tools or [])
         say = _SAY_DIRECTIVE.search(system)
-        if pending is not None:
+        if pending is not None and (step is None or step[0] != "say"):
             named = _named_arguments(system, _tool_name(pending))
             self._call(pending, _arguments_for(pending, last_user, arithmetic, named))
             return
-        if say:
+        if step is not None and step[0] == "say":
+            text = str(step[1])
+        elif say:
             temperature = request.get("temperature")
             text = say.group(1).strip().replace("{tool}", last_tool).replace("{temperature}", str(temperature))
         elif last.get("role") == "tool":
