@@ -110,6 +110,27 @@ def test_streamed_messages_arrive_as_anthropics_events(server: ServerProcess) ->
     assert_exact(calls[0], "Echo: hello there")
 
 
+def test_a_system_message_between_turns_keeps_its_place(server: ServerProcess) -> None:
+    """Claude Code sends its environment as a `system` message after the first user turn."""
+    with Client(server.url) as client:
+        rollout_id, llm, _ = attempt(server, client)
+        between = {"role": "system", "content": [{"type": "text", "text": "Working directory: /w"}]}
+        answer = llm.messages.create(
+            model="m",
+            max_tokens=32,
+            system="You echo.",
+            messages=[QUESTION, between],  # type: ignore[list-item]
+        )
+        assert answer.content[0].text == f"Echo: {QUESTION['content']}"  # type: ignore[union-attr]
+        (call,) = stored(client, rollout_id)
+    assert [(m["role"], m["content"]) for m in call.request["messages"]] == [  # type: ignore[index, union-attr]
+        ("system", "You echo."),
+        ("user", QUESTION["content"]),
+        ("system", "Working directory: /w"),
+    ]
+    assert_exact(call, f"Echo: {QUESTION['content']}")
+
+
 def test_refusals_come_in_anthropics_envelope(server: ServerProcess) -> None:
     with Client(server.url) as client:
         _, llm, attempt_id = attempt(server, client)

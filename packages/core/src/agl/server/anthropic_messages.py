@@ -75,9 +75,12 @@ def _text_of(blocks: list[dict[str, Any]], where: str) -> str:
 
 def _turn(message: Any, i: int) -> list[dict[str, Any]]:
     """The chat messages of one Messages turn: a user turn's tool results come first, as tool messages."""
-    if not isinstance(message, dict) or message.get("role") not in ("user", "assistant"):
-        raise MessagesRequestError(f"messages[{i}] must be an object with role 'user' or 'assistant'")
+    if not isinstance(message, dict) or message.get("role") not in ("user", "assistant", "system"):
+        raise MessagesRequestError(f"messages[{i}] must be an object with role 'user', 'assistant' or 'system'")
     role = message["role"]
+    if role == "system":  # a system message between turns (Claude Code sends its environment so): text only
+        where = f"messages[{i}]"
+        return [{"role": "system", "content": _text_of(_blocks(message.get("content", ""), where), where)}]
     blocks = _blocks(message.get("content", ""), f"messages[{i}]")
     texts: list[str] = []
     calls: list[dict[str, Any]] = []

@@ -1,0 +1,46 @@
+"""Claude Code, unchanged, as a rollout: `claude -p` in a fresh copy of the task's files, its every model call
+through agl's Anthropic Messages route under the agent `claude-code`, the reward from the task's tests.
+
+Task: {"files": folder to copy, "prompt": what to do, "test": shell command whose exit 0 means solved,
+       "timeout_s": optional limit for Claude Code}.
+Claude Code comes from npm (`make harnesses` installs the pinned one in examples/coding-agents/node_modules;
+AGL_CLAUDE_CODE names another `claude`). Run: agl worker examples/coding-agents/claude_code.py:repair
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import agl
+
+PINNED = Path(__file__).with_name("node_modules") / ".bin" / "claude"
+# Claude Code's documented switches for traffic other than the model's: no telemetry, error reports, update checks
+QUIET = {
+    "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1",
+    "DISABLE_TELEMETRY": "1",
+    "DISABLE_ERROR_REPORTING": "1",
+    "DISABLE_AUTOUPDATER": "1",
+}
+
+
+def claude_command() -> str:
+    found = os.environ.get("AGL_CLAUDE_CODE") or (str(PINNED) if PINNED.exists() else shutil.which("claude"))
+    if not found:
+        raise FileNotFoundError(f"Claude Code not found at {PINNED} nor on PATH: `make harnesses` installs it")
+    return found
+
+
+@agl.rollout
+def repair(task: dict[str, Any], llm: agl.LLM) -> float:
+    with agl.workspace(task["files"]) as ws:
+        argv = [claude_command(), "-p", task["prompt"], "--output-format", "json"]
+        # headless: edits and the listed tools need no confirmation; its sessions are kept in the workspace
+        argv += ["--permission-mode", "acceptEdits", "--allowedTools", "Read,Edit,Write,Bash,Glob,Grep"]
+        env = {**QUIET, "CLAUDE_CONFIG_DIR": str(ws / ".claude")}
+        agl.run_cli(argv, llm=llm, agent="claude-code", cwd=ws, env=env, timeout_s=task.get("timeout_s", 600))
+        tests = subprocess.run(task["test"], shell=True, cwd=ws, capture_output=True, timeout=120)
+        return 1.0 if tests.returncode == 0 else 0.0
