@@ -55,21 +55,26 @@ $(VLLM_STAMP):
 # The environment `agl train --engine vllm` starts vLLM from (a few minutes; `--vllm-python` / AGL_VLLM_PYTHON: another).
 vllm: $(VLLM_STAMP)
 
-# The coding agents examples/coding-agents/ runs as rollouts (mini-swe-agent), as the programs they are: in an
-# environment of their own, not .venv, since they pull litellm, datasets and openai at versions of their own that
-# must not move the adapters' pins. The rollout runs their command (.venv-harness/bin/mini); agl is not in there.
+# The coding agents examples/coding-agents/ runs as rollouts, as the programs they are: the Python ones
+# (mini-swe-agent) in an environment of their own, not .venv, since they pull litellm, datasets and openai at versions
+# of their own that must not move the adapters' pins; the npm ones (Claude Code) from package-lock.json into
+# examples/coding-agents/node_modules. A rollout runs their command (.venv-harness/bin/mini, node_modules/.bin/claude);
+# agl is not in there.
 HARNESS_VENV  := .venv-harness
 HARNESS_STAMP := $(HARNESS_VENV)/.installed-stamp
-HARNESS_DEPS  := examples/coding-agents/requirements.txt
+HARNESS_DIR   := examples/coding-agents
+HARNESS_DEPS  := $(HARNESS_DIR)/requirements.txt $(HARNESS_DIR)/package.json $(HARNESS_DIR)/package-lock.json
 
 $(HARNESS_STAMP): $(HARNESS_DEPS)
 	test -x $(HARNESS_VENV)/bin/python || $(PYTHON) -m venv $(HARNESS_VENV)
 	$(HARNESS_VENV)/bin/python -m pip install -q --upgrade pip
-	$(HARNESS_VENV)/bin/python -m pip install -q -r $(HARNESS_DEPS)
+	$(HARNESS_VENV)/bin/python -m pip install -q -r $(HARNESS_DIR)/requirements.txt
 	$(HARNESS_VENV)/bin/mini --help >/dev/null
+	cd $(HARNESS_DIR) && npm ci --no-audit --no-fund --loglevel=error
+	$(HARNESS_DIR)/node_modules/.bin/claude --version
 	touch $(HARNESS_STAMP)
 
-# The coding agents' environment (tests/test_harness_*.py run them).
+# The coding agents' programs (tests/test_harness_*.py run them).
 harnesses: $(HARNESS_STAMP)
 
 # On a CUDA machine: the trainer's environment for GPUs in .venv-gpu, then vLLM's (.venv-vllm, the CUDA build). The
@@ -165,4 +170,4 @@ bench-smoke: $(STAMP) $(VLLM_STAMP) $(TRL_STAMP)
 	$(BIN)/python benchmarks/perf/smoke.py
 
 clean:
-	rm -rf $(VENV) $(VLLM_VENV) $(TRL_DIR) .venv-newest .venv-gpu runs site
+	rm -rf $(VENV) $(VLLM_VENV) $(TRL_DIR) .venv-newest .venv-gpu $(HARNESS_VENV) $(HARNESS_DIR)/node_modules runs site
