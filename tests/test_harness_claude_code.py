@@ -67,3 +67,5 @@ def test_claude_code_repairs_a_file_with_its_own_tools_and_every_call_is_stored_
     assert any("tests pass" in str(m.get("content")) for m in last_prompt if m.get("role") == "tool")
     assert calls[3].response_ids == encode("Fixed: add() returns a + b and check.py passes.")
     assert span.status.value == "ok" and span.agent_name == "claude-code"
+    # nothing else reached: every connection of its process tree through the proxy variables is counted
+    assert span.attributes["cli.egress"] == [] and detail.rollout.bypassed_llm_calls == 0

@@ -75,3 +75,5 @@ def test_mini_swe_agent_repairs_a_file_with_its_own_commands_and_every_call_is_s
     assert saved["info"]["model_stats"]["api_calls"] == len(calls)
     assert saved["info"]["exit_status"] == "Submitted"
     assert not detail.rollout.bypassed_llm_calls
+    # and its process tree connected to no other host (agl.capture.egress counts them)
+    assert span.attributes["cli.egress"] == []

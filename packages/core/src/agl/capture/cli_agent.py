@@ -27,6 +27,7 @@ an agent's commands must not touch the machine.
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
 import shutil
 import signal
@@ -35,14 +36,16 @@ import sys
 import tempfile
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
-from urllib.parse import quote
+from urllib.parse import quote, urlsplit
 
+from agl.capture.egress import EgressMode, EgressRecorder
 from agl.capture.llm import LLM
 from agl.capture.tracing.spans import record_span
 
 TAIL_CHARS = 4000
+log = logging.getLogger("agl.worker")
 # what the command's own environment must not inherit from the worker: the worker's rollout ids and its run's
 # fixed URL would attribute its calls to the worker instead of the attempt
 _WORKER_ONLY = ("AGL_LLM_BASE_URL", "AGL_TOKEN")
@@ -55,6 +58,9 @@ class CliResult:
     seconds: float
     output_tail: str  # the last TAIL_CHARS characters of its output (stdout and stderr together)
     transcript: Path  # all of it
+    # what its process tree connected to besides agl, `host:port` → connections (agl.capture.egress); empty with
+    # egress="allow" or when the worker's own environment already names a proxy
+    egress: dict[str, int] = field(default_factory=dict)
 
 
 @contextlib.contextmanager
@@ -109,10 +115,13 @@ def run_cli(
     transcript: str | os.PathLike[str] | None = None,
     max_memory_mb: int | None = None,
     max_processes: int | None = None,
+    egress: EgressMode = "record",
 ) -> CliResult:
     """Run a command-line agent against the attempt's LLM endpoint (see the module's docstring) and wait for it,
     at most `timeout_s`. Its output goes to `transcript` (default: `.agl-transcript.txt` in `cwd`, else a temporary
-    file). Never raises for the command's own failure: the result says how it ended."""
+    file). Every connection its process tree makes through the proxy variables to another host than agl is
+    counted (`egress="record"`, forwarded; `"refuse"`: refused with a 403; `"allow"`: not watched): the result's
+    `egress` and the span's `cli.egress`. Never raises for the command's own failure: the result says how it ended."""
     if not argv:
         raise ValueError("agl.run_cli needs a command: a non-empty list of arguments")
     folder = Path(cwd) if cwd is not None else None
@@ -122,11 +131,15 @@ def run_cli(
     limits = _limits(max_memory_mb, max_processes)
     t0, started = time.monotonic(), time.time()
     timed_out = False
-    with out_path.open("wb") as out:
+    environment = cli_environment(llm, agent, env)
+    recorder = _recorder(egress, llm, environment)
+    with out_path.open("wb") as out, recorder or contextlib.nullcontext():
+        if recorder is not None:
+            environment.update(recorder.environment([urlsplit(llm.base_url).hostname or "localhost"]))
         proc = subprocess.Popen(
             list(argv),
             cwd=folder,
-            env=cli_environment(llm, agent, env),
+            env=environment,
             stdin=subprocess.DEVNULL,
             stdout=out,
             stderr=subprocess.STDOUT,
@@ -139,6 +152,11 @@ def run_cli(
             timed_out = True
         finally:  # ended, timed out, or the rollout cancelled: nothing it started outlives the rollout
             _stop_group(proc)
+    seen = recorder.seen() if recorder is not None else {}
+    if seen:
+        log.warning(
+            "%s connected to hosts other than agl: %s", argv[0], ", ".join(f"{h} ({n})" for h, n in seen.items())
+        )
     returncode = None if timed_out or (proc.returncode or 0) < 0 else proc.returncode
     tail = _tail(out_path)
     seconds = time.monotonic() - t0
@@ -150,10 +168,27 @@ def run_cli(
         start_time=started,
         status="ok" if returncode == 0 else "error",
         status_message=None if returncode == 0 else f"{name}: {how}",
-        attributes={"cli.argv": list(argv)[:64], "cli.exit": how, "cli.output_tail": tail[-TAIL_CHARS:]},
+        attributes={
+            "cli.argv": list(argv)[:64],
+            "cli.exit": how,
+            "cli.output_tail": tail[-TAIL_CHARS:],
+            "cli.egress": [f"{host} ({n})" for host, n in sorted(seen.items())],
+        },
         agent_name=agent,
     )
-    return CliResult(returncode, timed_out, seconds, tail, out_path)
+    return CliResult(returncode, timed_out, seconds, tail, out_path, seen)
+
+
+def _recorder(mode: EgressMode, llm: LLM, environment: Mapping[str, str]) -> EgressRecorder | None:
+    """The egress proxy for one command, or None: not asked for, or the environment already routes through a proxy
+    of its own (a company's: agl does not stand in front of it)."""
+    if mode == "allow":
+        return None
+    if any(environment.get(name) for name in ("HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "http_proxy", "https_proxy")):
+        return None
+    url = urlsplit(llm.base_url)
+    own = {f"{url.hostname}:{url.port or (443 if url.scheme == 'https' else 80)}"}
+    return EgressRecorder(refuse=mode == "refuse", own=own)
 
 
 def _stop_group(proc: subprocess.Popen[bytes], grace_s: float = 5.0) -> None:
