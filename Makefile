@@ -72,6 +72,7 @@ $(HARNESS_STAMP): $(HARNESS_DEPS)
 	$(HARNESS_VENV)/bin/mini --help >/dev/null
 	cd $(HARNESS_DIR) && npm ci --no-audit --no-fund --loglevel=error
 	$(HARNESS_DIR)/node_modules/.bin/claude --version
+	$(HARNESS_DIR)/node_modules/.bin/codex --version
 	touch $(HARNESS_STAMP)
 
 # The coding agents' programs (tests/test_harness_*.py run them).

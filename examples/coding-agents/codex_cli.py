@@ -1,0 +1,64 @@
+"""OpenAI's Codex CLI, unchanged, as a rollout: `codex exec` in a fresh copy of the task's files, its every model call
+through agl's Responses route under the agent `codex` (a custom model provider at the attempt's URL), the reward
+from the task's tests.
+
+Task: {"files": folder to copy, "prompt": what to do, "test": shell command whose exit 0 means solved,
+       "timeout_s": optional limit for Codex}.
+Codex comes from npm (`make harnesses` installs the pinned one in examples/coding-agents/node_modules;
+AGL_CODEX names another `codex`). Run: agl worker examples/coding-agents/codex_cli.py:repair
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import agl
+
+PINNED = Path(__file__).with_name("node_modules") / ".bin" / "codex"
+# Codex's documented config keys (developers.openai.com/codex/config-reference) for traffic other than the model's:
+# no analytics, no feedback uploads, no update check; no hosted web search, no sub-agent or goal tools (tools that
+# are not functions, or that no chat model is trained on)
+QUIET = [
+    "analytics.enabled=false",
+    "feedback.enabled=false",
+    "check_for_update_on_startup=false",
+    'web_search="disabled"',
+    "features.multi_agent=false",
+    "features.goals=false",
+]
+
+
+def codex_command() -> str:
+    found = os.environ.get("AGL_CODEX") or (str(PINNED) if PINNED.exists() else shutil.which("codex"))
+    if not found:
+        raise FileNotFoundError(f"Codex not found at {PINNED} nor on PATH: `make harnesses` installs it")
+    return found
+
+
+@agl.rollout
+def repair(task: dict[str, Any], llm: agl.LLM) -> float:
+    with agl.workspace(task["files"]) as ws:
+        # a model provider of its own at the attempt's URL, naming the agent; Codex speaks the Responses API to it
+        provider = {"name": "agl", "base_url": llm.for_agent("codex").base_url, "env_key": "OPENAI_API_KEY"}
+        provider["wire_api"] = "responses"
+        argv = [codex_command(), "exec", task["prompt"], "--skip-git-repo-check", "-m", llm.model]
+        argv += ["-c", "model_provider=agl", "-c", f"model_providers.agl={_toml(provider)}"]
+        # headless: never asks, edits files and runs commands in the workspace
+        argv += ["--sandbox", "workspace-write", "-c", 'approval_policy="never"']
+        for setting in QUIET:
+            argv += ["-c", setting]
+        (ws / ".codex").mkdir()  # its config, sessions and logs in the workspace, not the user's ~/.codex
+        env = {"CODEX_HOME": str(ws / ".codex")}
+        agl.run_cli(argv, llm=llm, agent="codex", cwd=ws, env=env, timeout_s=task.get("timeout_s", 600))
+        tests = subprocess.run(task["test"], shell=True, cwd=ws, capture_output=True, timeout=120)
+        return 1.0 if tests.returncode == 0 else 0.0
+
+
+def _toml(table: dict[str, str]) -> str:
+    """An inline TOML table (a JSON string is a TOML basic string)."""
+    return "{" + ", ".join(f"{k} = {json.dumps(v)}" for k, v in table.items()) + "}"
