@@ -72,4 +72,6 @@ def test_codex_repairs_a_file_with_its_own_tools_and_every_call_is_stored_exactl
     assert any("tests pass" in str(m.get("content")) for m in last_prompt if m.get("role") == "tool")
     assert calls[3].response_ids == encode("Fixed: add() returns a + b and check.py passes.")
     assert span.status.value == "ok" and span.agent_name == "codex"
-    assert span.attributes.get("cli.egress") == [], span.attributes.get("cli.egress")  # no analytics, feedback or update check reached any host
+    assert span.attributes.get("cli.egress") == [], span.attributes.get(
+        "cli.egress"
+    )  # no analytics, feedback or update check reached any host

@@ -21,12 +21,17 @@ import agl
 
 PINNED = Path(__file__).with_name("node_modules") / ".bin" / "codex"
 # Codex's documented config keys (developers.openai.com/codex/config-reference) for traffic other than the model's:
-# no analytics, no feedback uploads, no update check; no hosted web search, no sub-agent or goal tools (tools that
-# are not functions, or that no chat model is trained on)
+# no analytics, feedback uploads, OpenTelemetry exporters, update check, nor the start-up sync of OpenAI's plugin
+# catalogue (github.com, chatgpt.com); no hosted web search, sub-agent or goal tools (not functions a chat model
+# is trained on, and agl's Responses route serves function tools only)
 QUIET = [
     "analytics.enabled=false",
     "feedback.enabled=false",
+    'otel.exporter="none"',
+    'otel.trace_exporter="none"',
+    'otel.metrics_exporter="none"',
     "check_for_update_on_startup=false",
+    "features.plugins=false",
     'web_search="disabled"',
     "features.multi_agent=false",
     "features.goals=false",
