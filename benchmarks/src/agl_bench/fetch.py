@@ -55,7 +55,7 @@ def fetch(
     if target.exists() and not force:
         raise FetchError(f"{target} holds data agl did not fetch (no {MANIFEST}); move it away, or --force replaces it")
     if archive is not None and not isinstance(source.origin, ArchiveSource):
-        raise FetchError(f"--archive is for spider; {source.task} comes from {source.origin.describe()}")
+        raise FetchError(f"--archive is for spider and quixbugs; {source.task} comes from {source.origin.describe()}")
     if revision is not None and not isinstance(source.origin, HubSource):
         raise FetchError(f"--revision is for the hub's datasets; {source.task} comes from an archive")
     root.mkdir(parents=True, exist_ok=True)
@@ -220,9 +220,10 @@ def _check(task: str, folder: Path) -> dict[str, int]:
     """Rows per split, read with the task's own checks; a DataError names the file and row at fault."""
     from agl_bench.calc_x.data import check as check_calc_x
     from agl_bench.musique.data import check as check_musique
+    from agl_bench.quixbugs.data import check as check_quixbugs
     from agl_bench.spider.data import check as check_spider
 
-    checks = {"calc_x": check_calc_x, "musique": check_musique, "spider": check_spider}
+    checks = {"calc_x": check_calc_x, "musique": check_musique, "spider": check_spider, "quixbugs": check_quixbugs}
     try:
         rows = checks[task](folder)
     except DataError as exc:

@@ -4,11 +4,15 @@ Calc-X and MuSiQue come from the Hugging Face datasets hub, as the files the hub
 official JSON Lines), read by the loaders as they are. Spider's databases exist only in the authors' release
 archive (`spider_data.zip`, linked from https://yale-lily.github.io/spider); the archive also holds the
 official `dev.json`, so Spider needs nothing from the hub (the hub's `xlangai/spider` has the questions only).
+QuixBugs is its GitHub repository at a pinned commit, as GitHub's zip archive of that commit (the Python half:
+programs, fixed programs, tests, JSON cases, licence).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+
+QUIXBUGS_COMMIT = "4257f44b0ff1181dedaedee6a447e133219fcebf"
 
 
 @dataclass(frozen=True)
@@ -71,6 +75,28 @@ SOURCES: dict[str, Source] = {
         ),
         license="CC BY-SA 4.0",
         cite="Yu et al., Spider, EMNLP 2018",
+    ),
+    "quixbugs": Source(
+        task="quixbugs",
+        origin=ArchiveSource(
+            # Pinned, so every fetch holds the same programs and tests (the repository has had no Python change
+            # since); GitHub names the archive's one folder <repository>-<commit>.
+            url=f"https://github.com/jkoppel/QuixBugs/archive/{QUIXBUGS_COMMIT}.zip",
+            top=f"QuixBugs-{QUIXBUGS_COMMIT}",
+            keep=(
+                "python_programs/*",
+                "correct_python_programs/*",
+                "python_testcases/*",
+                "json_testcases/*",
+                "conftest.py",
+                "LICENSE",
+                "legal_notes.txt",
+            ),
+            page="https://github.com/jkoppel/QuixBugs",
+        ),
+        license="MIT",
+        cite="Lin, Koppel, Chen, Solar-Lezama, QuixBugs: A Multi-Lingual Program Repair Benchmark Set Based on the "
+        "Quixey Challenge, SPLASH Companion 2017",
     ),
 }
 

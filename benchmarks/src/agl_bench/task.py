@@ -37,6 +37,7 @@ TASKS = {
     "spider": "agl_bench.spider.task:TASK",
     "musique": "agl_bench.musique.task:TASK",
     "calc_x": "agl_bench.calc_x.task:TASK",
+    "quixbugs": "agl_bench.quixbugs.task:TASK",
 }
 
 

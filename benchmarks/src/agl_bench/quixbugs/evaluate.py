@@ -29,7 +29,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -263,14 +263,18 @@ def evaluate_many(
         return list(pool.map(lambda pair: evaluate(pair[0], pair[1], **options), pairs))
 
 
-def check_versions(folder: Path, version: str, *, workers: int | None = None, **options: Any) -> list[Evaluation]:
-    """Every program of `folder` (a `quixbugs/` data folder) in one version, `python_programs` (the defective ones)
-    or `correct_python_programs`: what the tests of this module check the evaluator with."""
+def check_versions(
+    folder: Path, versions: Sequence[str], *, workers: int | None = None, **options: Any
+) -> dict[str, list[Evaluation]]:
+    """Every program of `folder` (a `quixbugs/` data folder) in each version, `python_programs` (the defective
+    ones) and/or `correct_python_programs`, in one pool (the hanging defective programs overlap the others):
+    how the tests of this module check the evaluator."""
     from agl_bench.quixbugs.data import program_names
 
     tasks = [task_input(folder, name) for name in program_names(folder)]
-    sources = [(folder / version / f"{t['program']}.py").read_text(encoding="utf-8") for t in tasks]
-    return evaluate_many(zip(tasks, sources, strict=True), workers=workers, **options)
+    pairs = [(t, (folder / v / f"{t['program']}.py").read_text(encoding="utf-8")) for v in versions for t in tasks]
+    results = evaluate_many(pairs, workers=workers, **options)
+    return {v: results[i * len(tasks) : (i + 1) * len(tasks)] for i, v in enumerate(versions)}
 
 
 # ------------------------------------------------------------------------------------- the model's answer
