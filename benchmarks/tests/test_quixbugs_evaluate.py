@@ -103,10 +103,11 @@ def test_a_case_that_ignores_its_alarm_is_killed_and_the_next_cases_still_run(fo
 
 def test_a_program_past_its_budget_has_its_remaining_cases_not_run(folder: Path) -> None:
     source = "def bitcount(n):\n    while True:\n        pass\n"
-    result = evaluate(_task(folder, "bitcount"), source, case_timeout_s=0.3, budget_s=1.0)
-    assert result.passed == 0 and result.total == 9 and result.timed_out >= 2
+    result = evaluate(_task(folder, "bitcount"), source, case_timeout_s=0.5, budget_s=2.5)
+    # how many cases time out before the budget ends depends on the machine's load: at least one, not all
+    assert result.passed == 0 and result.total == 9 and 1 <= result.timed_out <= 6
     assert result.count("not_run") == 9 - result.timed_out
-    assert result.seconds < 4
+    assert result.seconds < 5
 
 
 def test_a_crash_of_the_test_process_is_an_error_of_that_case(folder: Path) -> None:

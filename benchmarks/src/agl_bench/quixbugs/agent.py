@@ -7,7 +7,8 @@ front only when the source does not already hold it) and asked for the whole cor
 ```python block. The program is read from its answer with `evaluate.extract_code` (the last python block that
 parses, else the whole text) and run against its tests (`evaluate.evaluate`: a fresh copy, a child process, each
 case under a time limit). Reward: the share of its test cases that pass. `report` stores `tests_passed_share`,
-`repair_rate` (1 when every case passes) and `parses` (the answer held Python that parses), with the failing
+`repair_rate` (1 when every case passes) and `parses` (the answer held a program: Python that parses and
+defines a function, `evaluate.parse_program`), with the failing
 cases in the result's info.
 
 Task input: `{id, program, source, description, files, cases, data_dir}` (see `data.py`) and these optional keys:
@@ -23,7 +24,7 @@ from typing import Any
 
 import agl
 from agl_bench.quixbugs import AGENT_NAME
-from agl_bench.quixbugs.evaluate import BUDGET_S, CASE_TIMEOUT_S, evaluate, extract_code, syntax_error
+from agl_bench.quixbugs.evaluate import BUDGET_S, CASE_TIMEOUT_S, evaluate, extract_code, parse_program
 from agl_bench.results import report
 
 DEFAULT_MAX_TOKENS = 768
@@ -78,7 +79,7 @@ def repair(task: dict[str, Any], llm: agl.LLM) -> float:
         {
             "tests_passed_share": share,
             "repair_rate": 1.0 if result.total and result.passed == result.total else 0.0,
-            "parses": 1.0 if syntax_error(code, str(task["program"])) is None else 0.0,
+            "parses": 1.0 if parse_program(answer) is not None else 0.0,
         },
         prediction=code,
         gold=f"the {result.total} test cases of {task['program']}",

@@ -105,6 +105,8 @@ class Evaluation:
 
 def syntax_error(source: str, name: str) -> str | None:
     """Why `source` is not a Python module, or None."""
+    if not source.strip():
+        return "the program is empty"
     try:
         compile(source, f"{PROGRAMS}/{name}.py", "exec", dont_inherit=True)
     except SyntaxError as exc:
