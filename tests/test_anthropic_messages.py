@@ -131,6 +131,18 @@ def test_a_system_message_between_turns_keeps_its_place(server: ServerProcess) -
     assert_exact(call, f"Echo: {QUESTION['content']}")
 
 
+def test_count_tokens_is_the_model_servers_count_of_the_prompt_and_stores_nothing(server: ServerProcess) -> None:
+    with Client(server.url) as client:
+        rollout_id, llm, _ = attempt(server, client)
+        counted = llm.messages.count_tokens(model="m", system=SYSTEM, messages=[QUESTION], tools=[CALC])  # type: ignore[list-item]
+        # the same prompt as the call would have: its ids, as the model server's template renders them
+        answer = llm.messages.create(model="m", max_tokens=64, system=SYSTEM, messages=[QUESTION], tools=[CALC])  # type: ignore[list-item]
+        (call,) = stored(client, rollout_id)  # the count was not stored as a call
+        assert counted.input_tokens == len(call.prompt_ids or []) == answer.usage.input_tokens
+        with pytest.raises(anthropic.BadRequestError, match="messages\\[0\\]"):
+            llm.messages.count_tokens(model="m", messages=[{"role": "tool", "content": "x"}])  # type: ignore[list-item, typeddict-item]
+
+
 def test_refusals_come_in_anthropics_envelope(server: ServerProcess) -> None:
     with Client(server.url) as client:
         _, llm, attempt_id = attempt(server, client)

@@ -35,13 +35,20 @@ LLM_ROUTES = (
     "POST /v1/chat/completions",
     "POST /v1/responses",
     "POST /v1/messages (Anthropic's Messages API)",
+    "POST /v1/messages/count_tokens",
     "GET /v1/models",
     "(each also under /rollout/{rollout_id}/attempt/{attempt_id}/v1/...)",
 )
 
 
 # the LLM routes under `.../v1/`, and the one method each takes (a known route asked with another gets 405)
-_LLM_METHODS = {"chat/completions": "POST", "responses": "POST", "messages": "POST", "models": "GET"}
+_LLM_METHODS = {
+    "chat/completions": "POST",
+    "responses": "POST",
+    "messages": "POST",
+    "messages/count_tokens": "POST",
+    "models": "GET",
+}
 
 
 def unknown_llm_route(request: Request) -> Response:

@@ -17,7 +17,7 @@ from urllib.parse import quote, unquote
 from agl.protocol import HEADER_AGENT, HEADER_ATTEMPT_ID, HEADER_ROLLOUT_ID, error_bytes
 
 # the LLM routes of the proxy, as a per-rollout URL serves them below `.../v1`
-_LLM_PATH = re.compile(r"^/v1/(chat/completions|responses|messages)/?$")
+_LLM_PATH = re.compile(r"^/v1/(chat/completions|responses|messages|messages/count_tokens)/?$")
 _ID = re.compile(r"^[A-Za-z0-9_.:-]{1,200}$")  # ids become a path segment: nothing that could change the path
 # an attempt's URL naming its agent (see FixedUrlMiddleware): rollout, attempt, agent (percent-encoded), the rest
 _AGENT_PATH = re.compile(r"^/rollout/([^/]+)/attempt/([^/]+)/agent/([^/]+)/v1/(.*)$")

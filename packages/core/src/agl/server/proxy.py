@@ -122,6 +122,16 @@ class LLMProxy:
             )
         return self._session
 
+    def http(self) -> aiohttp.ClientSession:
+        """The session upstream requests go out on (the token-counting route's too)."""
+        return self._client()
+
+    async def upstream_model_for(self, requested: Any) -> Any:
+        """The model name a call asking for `requested` reaches the upstream under, as `_upstream_payload` sends it."""
+        await self.served_models()
+        chosen = self.upstream.model or self._mapped_model(requested) or requested
+        return (self.model_version.upstream_model if self.model_version is not None else None) or chosen
+
     async def aclose(self) -> None:
         if self._session is not None:
             await self._session.close()

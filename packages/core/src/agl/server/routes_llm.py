@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any
 from fastapi import FastAPI, Request
 from starlette.responses import Response
 
-from agl.server import translated_apis
+from agl.server import token_count, translated_apis
 from agl.server.errors import unknown_llm_route
 from agl.server.proxy import LLMProxy
 
@@ -56,6 +56,11 @@ def add_routes(app: FastAPI, server: Server) -> None:
     async def messages(rollout_id: str, attempt_id: str, request: Request) -> Response:
         """Anthropic's Messages API, served through chat completions (agl.server.anthropic_messages)."""
         return await translated_apis.messages(proxy, request, rollout_id, attempt_id)
+
+    @app.post("/rollout/{rollout_id}/attempt/{attempt_id}/v1/messages/count_tokens", tags=["llm proxy"])
+    async def count_tokens(rollout_id: str, attempt_id: str, request: Request) -> Response:
+        """Anthropic's token counting: the Messages request's prompt counted by the model server (its /tokenize)."""
+        return await token_count.count_tokens(proxy, request, attempt_id)
 
     @app.get("/rollout/{rollout_id}/attempt/{attempt_id}/v1/models", tags=["llm proxy"])
     async def rollout_models(rollout_id: str, attempt_id: str) -> Response:

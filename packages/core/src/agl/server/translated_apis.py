@@ -29,7 +29,7 @@ from agl.server.call_record import (
 from agl.server.proxy import LLMProxy, openai_error
 
 
-def _parsed_object(raw: bytes, max_structures: int) -> dict[str, Any] | str:
+def parsed_object(raw: bytes, max_structures: int) -> dict[str, Any] | str:
     """A translated API's request body, parsed and checked before its translation (the answer echoes parts of the
     request): the object, or why it is refused."""
     if (dense := structure_problem(raw, max_structures)) is not None:
@@ -52,7 +52,7 @@ def parse_responses(
 ) -> tuple[dict[str, Any], dict[str, Any]] | str:
     """A Responses API request body, parsed, checked and translated: (the body, its chat request), or why it is
     refused (a 400)."""
-    body = _parsed_object(raw, max_structures)
+    body = parsed_object(raw, max_structures)
     if isinstance(body, str):
         return body
     try:
@@ -68,7 +68,7 @@ def parse_messages(
 ) -> tuple[dict[str, Any], dict[str, Any]] | str:
     """A Messages API request body, parsed, checked and translated: (the body, its chat request), or why it is
     refused (a 400)."""
-    body = _parsed_object(raw, max_structures)
+    body = parsed_object(raw, max_structures)
     if isinstance(body, str):
         return body
     if not isinstance(body.get("max_tokens"), int) or isinstance(body.get("max_tokens"), bool):

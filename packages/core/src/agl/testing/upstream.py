@@ -34,6 +34,7 @@ Script, first rule that matches:
    `{"expression": "<int><op><int>"}`, finish reason `tool_calls`;
 7. otherwise → "Echo: {last user message}".
 Text answers are cut at `max_tokens` / `max_completion_tokens` tokens (finish reason `length`).
+`POST /tokenize` (at the root, as vLLM serves it) counts a chat request's prompt ids: `{"count", "tokens"}`.
 """
 
 from __future__ import annotations
@@ -316,6 +317,10 @@ class ScriptedUpstream:
         if path.endswith("/v1/models") and method == "GET":
             body = {"object": "list", "data": [{"id": self.model, "object": "model", "created": 0, "owned_by": "agl"}]}
             await respond_json(send, 200, orjson.dumps(body))
+        elif path == "/tokenize" and method == "POST":  # vLLM's, at the server's root: a chat request's prompt
+            request = orjson.loads(await read_body(receive))
+            ids = encode(render_prompt(request["messages"], request.get("tools")))
+            await respond_json(send, 200, orjson.dumps({"count": len(ids), "max_model_len": 32768, "tokens": ids}))
         elif path.endswith("/v1/chat/completions") and method == "POST":
             mode = next((v.decode() for k, v in scope["headers"] if k == HEADER_ROLLOUT_MODE.encode()), None)
             await self._chat(receive, send, mode)
