@@ -1,0 +1,78 @@
+"""OpenCode as an unchanged rollout (issue #44): the pinned `opencode` from npm runs headless (`opencode run`) in a
+fresh workspace under real `agl serve` + `agl worker`, against the scripted upstream whose `agl-step:` lines (in the
+task's AGENTS.md, which OpenCode puts in its system message) make the model issue OpenCode's own tool calls (read,
+edit, bash) and finish. OpenCode executes them itself: the file is repaired, the task's test passes, and every model
+call is stored through the chat route under `opencode` with exact ids, with no connection to any host but agl."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from agl.client import Client
+from agl.common.processes import ServerProcess
+from agl.testing.fixtures import wait_rollouts
+from agl.testing.upstream import encode, render_prompt
+
+EXAMPLES = Path(__file__).resolve().parents[1] / "examples" / "coding-agents"
+PINNED = EXAMPLES / "opencode" / "node_modules" / "opencode-linux-x64" / "bin" / "opencode"
+OPENCODE = Path(os.environ.get("AGL_OPENCODE") or PINNED)
+
+
+@pytest.fixture(autouse=True)
+def opencode_installed() -> None:
+    if not OPENCODE.exists():
+        pytest.fail(f"OpenCode is not installed at {OPENCODE}: `make harnesses` installs the pinned one")
+
+
+def step(name: str, arguments: dict[str, Any]) -> str:
+    return f"agl-step: {name} {json.dumps(arguments)}\n"
+
+
+def test_opencode_repairs_a_file_with_its_own_tools_and_every_call_is_stored_exactly(
+    agl_server: ServerProcess, agl_client: Client, agl_workers: Any, tmp_path: Path
+) -> None:
+    files = tmp_path / "task-files"
+    files.mkdir()
+    (files / "calc.py").write_text("def add(a, b):\n    return a - b\n")
+    (files / "check.py").write_text("import calc\n\nassert calc.add(2, 3) == 5, calc.add(2, 3)\nprint('tests pass')\n")
+    # the model's turns, in OpenCode's own tools (paths relative to the workspace), scripted in the project's
+    # instructions: OpenCode quotes a prompt argument, so JSON in the prompt would reach the model escaped
+    (files / "AGENTS.md").write_text(
+        "# Project notes\n"
+        + step("read", {"filePath": "calc.py"})
+        + step("edit", {"filePath": "calc.py", "oldString": "a - b", "newString": "a + b"})
+        + step("bash", {"command": "python3 check.py", "description": "Run the test"})
+        + 'agl-step: say "Fixed: add() returns a + b and check.py passes."\n'
+    )
+    prompt = 'Fix calc.py so that add() adds; "check.py" is its test.'
+    (rollout,) = agl_client.enqueue({"files": str(files), "prompt": prompt, "test": "python3 check.py"})
+    agl_workers(f"{EXAMPLES / 'opencode.py'}:repair", agl_server.url)
+    (done,) = wait_rollouts(agl_client, [rollout.id], timeout=180)
+    detail = agl_client.rollout_detail(rollout.id)
+    (span,) = [s for s in detail.spans if s.name.startswith("cli:")]
+    assert done.status.value == "succeeded", span.attributes.get("cli.output_tail")
+    assert detail.rollout.final_reward == 1.0, span.attributes.get("cli.output_tail")  # OpenCode's edit fixed it
+
+    calls = sorted(detail.llm_calls, key=lambda c: c.seq)
+    assert len(calls) == 4  # read, edit, run the test, finish: one call per turn, no title or other call
+    for call in calls:
+        assert call.agent_name == "opencode" and call.route == "chat" and call.trainable
+        assert call.prompt_ids == encode(render_prompt(call.request["messages"], call.request.get("tools")))
+    # the prompt as OpenCode sends an argument holding spaces: in double quotes, those inside escaped
+    first_user = next(m for m in calls[0].request["messages"] if m["role"] == "user")
+    assert first_user["content"] == '"Fix calc.py so that add() adds; \\"check.py\\" is its test."'
+    tool_calls = [c.response_message["tool_calls"][0]["function"] for c in calls[:3]]  # type: ignore[index, call-overload]
+    assert [t["name"] for t in tool_calls] == ["read", "edit", "bash"]
+    # each tool's output went back to the model: the file's text, then the test's output
+    assert any("return a - b" in str(m.get("content")) for m in calls[1].request["messages"] if m["role"] == "tool")
+    last_prompt = calls[3].request["messages"]
+    assert any("tests pass" in str(m.get("content")) for m in last_prompt if m.get("role") == "tool")
+    assert calls[3].response_ids == encode("Fixed: add() returns a + b and check.py passes.")
+    assert span.status.value == "ok" and span.agent_name == "opencode"
+    # no update check, model catalogue, plugin install or share reached any host
+    assert span.attributes.get("cli.egress") == [], span.attributes.get("cli.egress")
