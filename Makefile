@@ -63,7 +63,8 @@ vllm: $(VLLM_STAMP)
 HARNESS_VENV  := .venv-harness
 HARNESS_STAMP := $(HARNESS_VENV)/.installed-stamp
 HARNESS_DIR   := examples/coding-agents
-HARNESS_DEPS  := $(HARNESS_DIR)/requirements.txt $(HARNESS_DIR)/package.json $(HARNESS_DIR)/package-lock.json
+HARNESS_DEPS  := $(HARNESS_DIR)/requirements.txt $(HARNESS_DIR)/package.json $(HARNESS_DIR)/package-lock.json \
+                 $(HARNESS_DIR)/opencode/package.json $(HARNESS_DIR)/opencode/package-lock.json
 
 $(HARNESS_STAMP): $(HARNESS_DEPS)
 	test -x $(HARNESS_VENV)/bin/python || $(PYTHON) -m venv $(HARNESS_VENV)
@@ -73,6 +74,12 @@ $(HARNESS_STAMP): $(HARNESS_DEPS)
 	cd $(HARNESS_DIR) && npm ci --no-audit --no-fund --loglevel=error
 	$(HARNESS_DIR)/node_modules/.bin/claude --version
 	$(HARNESS_DIR)/node_modules/.bin/codex --version
+	# OpenCode: opencode-ai's binary comes from one of a dozen platform packages, which its postinstall script picks
+	# (npm registries that lack some of them refuse a lock naming them all, and npm 11 gates install scripts), so its
+	# own folder (opencode/, a package.json of its own, node_modules ignored there) depends on the Linux x64 build
+	# directly: the same binary, locked with its integrity, no script. Elsewhere: AGL_OPENCODE names an `opencode`.
+	cd $(HARNESS_DIR)/opencode && npm ci --no-audit --no-fund --loglevel=error
+	$(HARNESS_DIR)/opencode/node_modules/opencode-linux-x64/bin/opencode --version
 	touch $(HARNESS_STAMP)
 
 # The coding agents' programs (tests/test_harness_*.py run them).
