@@ -6,14 +6,21 @@ the Agents SDK today. This job lives the `pip install agl-<framework>` story ins
 virtual environment gets agl-core and the adapter as built wheels (not editable), `pip install -U` of the
 framework's packages and openai, and the test tools; then the adapter's own test suite runs there.
 
-Usage: python .ci/test_newest.py [--only langchain,crewai] [--dir .venv-newest]
-Prints the versions installed and the test counts per adapter; exits 1 if any suite failed.
+The coding agents' harnesses (issue #44), pinned for `make test` (examples/coding-agents/), run at their newest
+releases too, as one more job ("harnesses"): the npm ones `npm install`ed at @latest into a fresh folder, the pip
+ones into a fresh virtual environment, then tests/test_harness_*.py with the main .venv's pytest (agl and its
+fixtures live there; `make test` builds it) and each harness's variable (AGL_CLAUDE_CODE, ...) naming the newest
+program.
+
+Usage: python .ci/test_newest.py [--only langchain,crewai,harnesses] [--dir .venv-newest]
+Prints the versions installed and the test counts per job; exits 1 if any suite failed.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -144,17 +151,76 @@ CASES = (
 )
 
 
+@dataclass(frozen=True)
+class Harness:
+    name: str
+    program: str  # the command: node_modules/.bin/<program> (npm) or bin/<program> of the venv (pip)
+    env: str  # the variable the example and its test read for the program's path
+    test: str  # its test module
+    npm: str = ""  # installed as <npm>@latest ...
+    pip: tuple[str, ...] = ()  # ... or with `pip install -U` (the program's package first), in a venv of its own
+    report: tuple[str, ...] = ()  # for pip harnesses: distributions whose versions the summary shows
+
+
+HARNESSES = (
+    Harness(
+        "claude-code", "claude", "AGL_CLAUDE_CODE", "tests/test_harness_claude_code.py", npm="@anthropic-ai/claude-code"
+    ),
+    Harness("codex", "codex", "AGL_CODEX", "tests/test_harness_codex.py", npm="@openai/codex"),
+    # the pinned one is the platform package opencode-ai's postinstall picks (examples/coding-agents/opencode/); the
+    # newest is opencode-ai itself, as users install it, its postinstall putting that binary in place
+    Harness("opencode", "opencode", "AGL_OPENCODE", "tests/test_harness_opencode.py", npm="opencode-ai"),
+    Harness(
+        # its model client too (examples/coding-agents/requirements.txt pins both)
+        "mini-swe-agent",
+        "mini",
+        "AGL_MINI_SWE_AGENT",
+        "tests/test_harness_mini_swe_agent.py",
+        pip=("mini-swe-agent", "litellm", "openai"),
+        report=("mini-swe-agent", "litellm", "openai"),
+    ),
+)
+HARNESS_JOB = "harnesses"
+
+
 def _test_tools() -> list[str]:
     """The pinned test runner and its plugins, as the main suite uses them."""
     lines = (REPO / "requirements-dev.txt").read_text().splitlines()
     return [line.strip() for line in lines if line.strip().startswith(("pytest==", "pytest-"))]
 
 
-def _run(cmd: list[str], log: Path) -> int:
+def _run(cmd: list[str], log: Path, cwd: Path = REPO, env: dict[str, str] | None = None) -> int:
     with log.open("a") as out:
         out.write(f"$ {' '.join(cmd)}\n")
         out.flush()
-        return subprocess.run(cmd, cwd=REPO, stdout=out, stderr=subprocess.STDOUT).returncode
+        return subprocess.run(cmd, cwd=cwd, env=env, stdout=out, stderr=subprocess.STDOUT).returncode
+
+
+def _output(cmd: list[str], log: Path) -> str:
+    """The command's first line of output (logged whole), or "-" when it fails: `claude --version` and the like."""
+    with log.open("a") as out:
+        out.write(f"$ {' '.join(cmd)}\n")
+        try:
+            done = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=60)
+        except (OSError, subprocess.TimeoutExpired) as exc:
+            out.write(f"{exc}\n")
+            return "-"
+        out.write(done.stdout + done.stderr + f"(exit {done.returncode})\n")
+    lines = done.stdout.strip().splitlines()
+    return lines[0].strip() if done.returncode == 0 and lines else "-"
+
+
+def _note(log: Path, text: str) -> int:
+    """A reason the job fails, in its log; 1."""
+    with log.open("a") as out:
+        out.write(text + "\n")
+    return 1
+
+
+def _pip_versions(python: str, names: tuple[str, ...]) -> dict[str, str]:
+    listed = subprocess.run([python, "-m", "pip", "list", "--format", "json"], capture_output=True, text=True)
+    installed = {d["name"].lower(): d["version"] for d in json.loads(listed.stdout or "[]")}
+    return {name: installed.get(name, "-") for name in names}
 
 
 def _counts(junit: Path) -> dict[str, int]:
@@ -181,11 +247,7 @@ def run_case(case: Case, root: Path) -> dict[str, object]:
     rc = _run([*install, "./packages/core", f"./packages/{case.folder}{extras}", *_test_tools()], log)
     if rc == 0:
         rc = _run([*install, "-U", *case.upgrade], log)
-    versions: dict[str, str] = {}
-    if rc == 0:
-        listed = subprocess.run([python, "-m", "pip", "list", "--format", "json"], capture_output=True, text=True)
-        installed = {d["name"].lower(): d["version"] for d in json.loads(listed.stdout or "[]")}
-        versions = {name: installed.get(name, "-") for name in case.report}
+    versions = _pip_versions(python, case.report) if rc == 0 else {}
     install_s = time.monotonic() - t0
     junit = root / f"{case.name}.junit.xml"
     junit.unlink(missing_ok=True)
@@ -204,23 +266,94 @@ def run_case(case: Case, root: Path) -> dict[str, object]:
     }
 
 
+def run_harnesses(harnesses: tuple[Harness, ...], root: Path) -> dict[str, object]:
+    """The newest release of each coding agent's program, then their tests (tests/test_harness_*.py) with the main
+    .venv's pytest, each program named by its variable: the examples and the tests read it before the pinned one."""
+    job = root / HARNESS_JOB
+    shutil.rmtree(job, ignore_errors=True)
+    job.mkdir(parents=True)
+    log = root / f"{HARNESS_JOB}.log"
+    log.unlink(missing_ok=True)
+    t0 = time.monotonic()
+    programs: dict[str, str] = {}
+    versions: dict[str, str] = {}
+    rc = 0
+    on_disk = {str(p.relative_to(REPO)) for p in (REPO / "tests").glob("test_harness_*.py")}
+    harnesses = tuple(h for h in harnesses if h.test in on_disk)  # a harness listed ahead of its test waits for it
+    unlisted = sorted(on_disk - {h.test for h in harnesses})
+    if unlisted:  # a harness pinned for `make test` must run at its newest here too
+        rc = _note(log, f"not in HARNESSES (.ci/test_newest.py), so not run at its newest: {', '.join(unlisted)}")
+    pytest_python = REPO / ".venv" / "bin" / "python"
+    if rc == 0 and not pytest_python.exists():
+        rc = _note(log, f"{pytest_python} is missing: the harness tests run in the main environment (make install)")
+    npm = [h for h in harnesses if h.npm]
+    if rc == 0 and npm:
+        folder = job / "npm"
+        folder.mkdir()
+        # a package.json of its own: else npm installs into the nearest folder above that has one
+        (folder / "package.json").write_text(json.dumps({"name": "agl-newest-harnesses", "private": True}))
+        npm_install = ["npm", "install", "--no-audit", "--no-fund", "--loglevel=error"]
+        rc = _run([*npm_install, *(f"{h.npm}@latest" for h in npm)], log, cwd=folder)
+        for h in npm if rc == 0 else []:
+            programs[h.env] = str(folder / "node_modules" / ".bin" / h.program)
+            # the program must run as installed (Claude Code's postinstall puts its native binary in place)
+            versions[h.program] = _output([programs[h.env], "--version"], log)
+            rc = rc or int(versions[h.program] == "-")
+    pip = [h for h in harnesses if h.pip]
+    if rc == 0 and pip:
+        env_dir = job / "venv"
+        venv.create(env_dir, with_pip=True)
+        python = str(env_dir / "bin" / "python")
+        packages = list(dict.fromkeys(p for h in pip for p in h.pip))
+        rc = _run([python, "-m", "pip", "install", "-q", "--disable-pip-version-check", "-U", *packages], log)
+        for h in pip if rc == 0 else []:
+            programs[h.env] = str(env_dir / "bin" / h.program)
+            versions.update(_pip_versions(python, h.report))
+            rc = rc or _run([programs[h.env], "--help"], log)
+        if rc == 0:
+            _run([python, "-m", "pip", "show", *(h.pip[0] for h in pip)], log)
+    install_s = time.monotonic() - t0
+    junit = root / f"{HARNESS_JOB}.junit.xml"
+    junit.unlink(missing_ok=True)
+    if rc == 0:
+        tests = [str(pytest_python), "-m", "pytest", *(h.test for h in harnesses), "-q", "-p", "no:cacheprovider"]
+        rc = _run([*tests, f"--junitxml={junit}"], log, env={**os.environ, **programs})
+    return {
+        "adapter": HARNESS_JOB,
+        "ok": rc == 0,
+        "versions": versions,
+        "tests": _counts(junit),
+        "install_s": round(install_s),
+        "total_s": round(time.monotonic() - t0),
+        "log": str(log.relative_to(REPO)) if log.is_relative_to(REPO) else str(log),
+    }
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--only", default="", help="comma-separated adapters: " + ",".join(c.name for c in CASES))
+    names = [*(c.name for c in CASES), HARNESS_JOB]
+    parser.add_argument("--only", default="", help="comma-separated jobs: " + ",".join(names))
     parser.add_argument("--dir", default=".venv-newest", help="where the environments and logs go")
     args = parser.parse_args()
     wanted = {n.strip() for n in args.only.split(",") if n.strip()}
-    unknown = wanted - {c.name for c in CASES}
+    unknown = wanted - set(names)
     if unknown:
-        parser.error(f"unknown adapter(s): {', '.join(sorted(unknown))}")
+        parser.error(f"unknown job(s): {', '.join(sorted(unknown))}")
     root = (REPO / args.dir).resolve()
     root.mkdir(parents=True, exist_ok=True)
     chosen = [case for case in CASES if not wanted or case.name in wanted]
+    harnesses = not wanted or HARNESS_JOB in wanted
+    if harnesses:
+        newest = ", ".join(h.npm or h.pip[0] for h in HARNESSES)
+        print(f"[newest] {HARNESS_JOB}: fresh npm folder and environment, newest {newest} ...", flush=True)
     for case in chosen:
         print(f"[newest] {case.name}: fresh environment, newest {', '.join(case.upgrade)} ...", flush=True)
-    # three at a time: most of a job is pip downloading and unpacking, and CI's time is bounded
-    with ThreadPoolExecutor(max_workers=min(3, len(chosen) or 1)) as pool:
-        futures = {pool.submit(run_case, case, root): case for case in chosen}
+    # three at a time: most of a job is pip downloading and unpacking, and CI's time is bounded; the harnesses'
+    # job first, so that its tests (real agl serve + workers) overlap the adapters' installs instead of ending last
+    jobs = len(chosen) + int(harnesses)
+    with ThreadPoolExecutor(max_workers=min(3, jobs or 1)) as pool:
+        futures = [pool.submit(run_harnesses, HARNESSES, root)] if harnesses else []
+        futures += [pool.submit(run_case, case, root) for case in chosen]
         for future in as_completed(futures):
             report(future.result())
     results = [future.result() for future in futures]
