@@ -63,9 +63,9 @@ def test_opencode_repairs_a_file_with_its_own_tools_and_every_call_is_stored_exa
     for call in calls:
         assert call.agent_name == "opencode" and call.route == "chat" and call.trainable
         assert call.prompt_ids == encode(render_prompt(call.request["messages"], call.request.get("tools")))
-    # the prompt as OpenCode sends an argument holding spaces: in double quotes, those inside escaped
+    # the prompt, given on standard input, reaches the model as it is (as an argument OpenCode would quote it)
     first_user = next(m for m in calls[0].request["messages"] if m["role"] == "user")
-    assert first_user["content"] == '"Fix calc.py so that add() adds; \\"check.py\\" is its test."'
+    assert first_user["content"] == prompt
     tool_calls = [c.response_message["tool_calls"][0]["function"] for c in calls[:3]]  # type: ignore[index, call-overload]
     assert [t["name"] for t in tool_calls] == ["read", "edit", "bash"]
     # each tool's output went back to the model: the file's text, then the test's output

@@ -4,8 +4,8 @@ URL, in a config of the rollout's own), the reward from the task's tests.
 
 Task: {"files": folder to copy, "prompt": what to do, "test": shell command whose exit 0 means solved,
        "timeout_s": optional limit for OpenCode}.
-The prompt is one argument, as `opencode run "..."` is typed; OpenCode itself wraps an argument holding a space in
-double quotes (escaping those inside) before sending it, so the model's user message is the prompt so quoted.
+The prompt goes on standard input, which `opencode run` reads as the message: as an argument, OpenCode would wrap it
+in double quotes (escaping those inside) before sending it, and the model would be trained on the quoted text.
 Project instructions in the task's files (AGENTS.md) reach the model in OpenCode's system message.
 OpenCode comes from npm (`make harnesses` installs its pinned Linux x64 build in examples/coding-agents/opencode/;
 AGL_OPENCODE names another `opencode`). Run: agl worker examples/coding-agents/opencode.py:repair
@@ -54,8 +54,9 @@ def repair(task: dict[str, Any], llm: agl.LLM) -> float:
         }
         env["PWD"] = str(ws)  # OpenCode takes its project folder from $PWD before its cwd; the worker's is not ws
         # --title: no extra model call to make one up; --pure: no external plugins
-        argv = [opencode_command(), "run", task["prompt"], "--title", "rollout", "--pure"]
-        agl.run_cli(argv, llm=llm, agent="opencode", cwd=ws, env=env, timeout_s=task.get("timeout_s", 600))
+        argv = [opencode_command(), "run", "--title", "rollout", "--pure"]
+        timeout_s = task.get("timeout_s", 600)
+        agl.run_cli(argv, llm=llm, agent="opencode", cwd=ws, env=env, stdin=task["prompt"], timeout_s=timeout_s)
         tests = subprocess.run(task["test"], shell=True, cwd=ws, capture_output=True, timeout=120)
         return 1.0 if tests.returncode == 0 else 0.0
 

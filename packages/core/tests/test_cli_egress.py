@@ -1,6 +1,7 @@
 """`agl.run_cli` watches what a command-line agent's process tree connects to besides agl (agl.capture.egress): a
 real child process whose HTTP clients follow the proxy variables, a real HTTP server; recorded and forwarded by
-default, refused with a 403 on request, agl's own address and loopback left out through NO_PROXY."""
+default, refused with a 403 on request, agl's own address and loopback left out through NO_PROXY. And the text it
+gives the command on standard input arrives as it is."""
 
 from __future__ import annotations
 
@@ -85,3 +86,10 @@ def test_allow_and_a_proxy_of_the_workers_own_leave_the_environment_alone(
     monkeypatch.setenv("HTTPS_PROXY", "http://proxy.company.test:3128")
     done = run_cli(show, llm=LLM, cwd=tmp_path)
     assert "proxy: http://proxy.company.test:3128" in done.output_tail and done.egress == {}
+
+
+def test_stdin_reaches_the_command_as_it_is_and_without_it_the_command_reads_nothing(tmp_path: Path) -> None:
+    echo = [sys.executable, "-c", "import sys; print(repr(sys.stdin.read()))"]
+    prompt = 'Fix "calc.py"; then run\nthe tests.'
+    assert repr(prompt) in run_cli(echo, llm=LLM, cwd=tmp_path, stdin=prompt, egress="allow").output_tail
+    assert "''" in run_cli(echo, llm=LLM, cwd=tmp_path, egress="allow").output_tail

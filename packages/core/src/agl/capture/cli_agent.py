@@ -116,10 +116,12 @@ def run_cli(
     max_memory_mb: int | None = None,
     max_processes: int | None = None,
     egress: EgressMode = "record",
+    stdin: str | None = None,
 ) -> CliResult:
     """Run a command-line agent against the attempt's LLM endpoint (see the module's docstring) and wait for it,
     at most `timeout_s`. Its output goes to `transcript` (default: `.agl-transcript.txt` in `cwd`, else a temporary
-    file). Every connection its process tree makes through the proxy variables to another host than agl is
+    file). `stdin`: text the command reads on its standard input (else it reads none: nobody is at a terminal). Every
+    connection its process tree makes through the proxy variables to another host than agl is
     counted (`egress="record"`, forwarded; `"refuse"`: refused with a 403; `"allow"`: not watched): the result's
     `egress` and the span's `cli.egress`. Never raises for the command's own failure: the result says how it ended."""
     if not argv:
@@ -133,14 +135,21 @@ def run_cli(
     timed_out = False
     environment = cli_environment(llm, agent, env)
     recorder = _recorder(egress, llm, environment)
-    with out_path.open("wb") as out, recorder or contextlib.nullcontext():
+    with contextlib.ExitStack() as stack:
+        out = stack.enter_context(out_path.open("wb"))
         if recorder is not None:
+            stack.enter_context(recorder)
             environment.update(recorder.environment([urlsplit(llm.base_url).hostname or "localhost"]))
+        # a prompt given on standard input reaches the agent as it is, where an argument may be quoted by the program
+        stdin_file = stack.enter_context(tempfile.TemporaryFile()) if stdin is not None else None
+        if stdin_file is not None:
+            stdin_file.write((stdin or "").encode())
+            stdin_file.seek(0)
         proc = subprocess.Popen(
             list(argv),
             cwd=folder,
             env=environment,
-            stdin=subprocess.DEVNULL,
+            stdin=stdin_file if stdin_file is not None else subprocess.DEVNULL,
             stdout=out,
             stderr=subprocess.STDOUT,
             start_new_session=True,  # its own process group: the whole tree is killed with it
