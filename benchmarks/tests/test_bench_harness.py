@@ -84,10 +84,10 @@ def test_unknown_task_split_and_data_folder_are_named() -> None:
         get_task("wikisql")
 
 
-def test_list_names_the_three_tasks() -> None:
+def test_list_names_the_four_tasks() -> None:
     result = CliRunner().invoke(cli, ["bench", "list"])
     assert result.exit_code == 0, result.output
-    for name in ("spider", "musique", "calc_x"):
+    for name in ("spider", "musique", "calc_x", "quixbugs"):
         assert name in result.output
 
 
@@ -106,7 +106,7 @@ def test_recipe_files_are_checked(tmp_path: Path) -> None:
         read_recipe("gpu-please", task)
 
 
-@pytest.mark.parametrize("name", ["spider", "musique", "calc_x"])
+@pytest.mark.parametrize("name", ["spider", "musique", "calc_x", "quixbugs"])
 def test_shipped_gpu_recipes_parse_for_their_task(name: str) -> None:
     from agl_trainer.options import build_config, unknown_keys
 
@@ -119,7 +119,7 @@ def test_shipped_gpu_recipes_parse_for_their_task(name: str) -> None:
     assert config.policy.lr == options["lr"]
 
 
-@pytest.mark.parametrize("name", ["spider", "musique", "calc_x"])
+@pytest.mark.parametrize("name", ["spider", "musique", "calc_x", "quixbugs"])
 def test_shipped_gpu_recipes_plan_to_fit_the_hardware_they_name(name: str, tmp_path: Path) -> None:
     from agl_bench.recipes import recipe_hardware
     from agl_trainer.options import build_config
@@ -150,3 +150,24 @@ def test_limit_draws_the_same_rows_every_time_in_file_order() -> None:
     assert limit_rows(rows, 500) == rows and limit_rows(rows, None) == rows
     with pytest.raises(DataError, match="limit must be ≥ 1"):
         limit_rows(rows, 0)
+
+
+def test_a_recipes_task_options_reach_every_task_input_and_flags_win(tmp_path: Path) -> None:
+    from agl_bench.recipes import recipe_task_options
+
+    recipe = str(HERE.parent / "recipes" / "quixbugs-gpu.toml")
+    assert "task_options" not in read_recipe(recipe, get_task("quixbugs"))  # not a trainer option
+    assert recipe_task_options(recipe) == {"harness": "mini-swe-agent", "harness_steps": 8, "max_tokens": 768}
+    args = ["bench", "train", "quixbugs", "--recipe", recipe, "--train-limit", "1", "--eval-limit", "1"]
+    model = HERE.parents[1] / "packages" / "trainer" / "tests" / "data" / "models" / "Qwen2.5-7B-Instruct"
+    args += ["--model", str(model), "--run-dir", str(tmp_path / "run"), "--set", "harness_steps=2", "--plan"]
+    result = CliRunner().invoke(cli, args)
+    assert result.exit_code == 0, result.output
+    assert (
+        "agents mini-swe-agent, task options harness=mini-swe-agent, harness_steps=2, max_tokens=768" in result.output
+    )
+    assert '"fits": true' in result.output
+    broken = tmp_path / "b.toml"
+    broken.write_text('task = "quixbugs"\ntask_options = 3\n')
+    with pytest.raises(ValueError, match=r"\[task_options\] must be a table"):
+        recipe_task_options(str(broken))

@@ -221,7 +221,7 @@ def train_command(
 ) -> None:
     """Train the LLM of TASK's agent with LightningRL on the embedded trainer: held-out evaluation (greedy) before,
     during and after, learning curve and checkpoints in the run directory."""
-    from agl_bench.recipes import read_recipe, recipe_hardware
+    from agl_bench.recipes import read_recipe, recipe_hardware, recipe_task_options
     from agl_trainer.backends import EngineError
     from agl_trainer.loop import TrainingRun
 
@@ -230,9 +230,9 @@ def train_command(
     _, eval_split, eval_rows = _load(task_name, eval_split, data, eval_limit, "{eval}")
     try:
         options = merge(read_recipe(recipe, task), flags)
+        extra = {**recipe_task_options(recipe), **_task_options(settings)}
     except ValueError as exc:
         raise click.ClickException(str(exc)) from exc
-    extra = _task_options(settings)
     options["train_tasks"] = [{**row, **extra} for row in train_rows]
     options["eval_tasks"] = [{**row, **extra} for row in eval_rows]
     options["train_agents"] = agents or options.get("train_agents") or ",".join(task.trainable_agents)
@@ -241,6 +241,7 @@ def train_command(
     click.echo(
         f"agl bench train {task.name}: {len(train_rows)} {train_split} rows, held-out {len(eval_rows)} "
         f"{eval_split} rows, agents {options['train_agents']}"
+        + (f", task options {', '.join(f'{k}={v}' for k, v in sorted(extra.items()))}" if extra else "")
     )
     try:
         config = build_config(task.agent, options, where=f"recipe {recipe}")
@@ -267,7 +268,8 @@ def data() -> None:
     "--archive",
     default=None,
     metavar="PATH|URL",
-    help="Spider: the release archive spider_data.zip, downloaded by hand or from a mirror (default: the authors' link).",
+    help="Spider and QuixBugs: the release archive (spider_data.zip; QuixBugs' zip of its pinned commit), downloaded"
+    " by hand or from a mirror (default: the official link).",
 )
 @click.option(
     "--force", is_flag=True, help="Fetch again, replacing what is there once the new copy has passed its checks."
@@ -275,8 +277,9 @@ def data() -> None:
 def fetch_command(
     task_names: tuple[str, ...], into: str | None, revision: str | None, archive: str | None, force: bool
 ) -> None:
-    """Download each TASK's data from its official source (the Hugging Face hub; Spider: its release archive),
-    check it, and keep it where `agl bench eval/train` read it from."""
+    """Download each TASK's data from its official source (the Hugging Face hub; Spider: its release archive;
+    QuixBugs: its GitHub repository at a pinned commit), check it, and keep it where `agl bench eval/train` read it
+    from."""
     from agl_bench.fetch import FetchError, fetch
     from agl_bench.sources import get_source
 

@@ -1,6 +1,6 @@
 """Where the benchmark data is, and reading it with errors that name the file and line.
 
-A task's data is read from, in this order: `--data DIR` (a folder holding `spider/`, `musique/`, `calc_x/`);
+A task's data is read from, in this order: `--data DIR` (a folder holding `spider/`, `musique/`, `calc_x/`, `quixbugs/`);
 `$AGL_BENCH_DATA`; the cache that `agl bench data fetch TASK` fills from the official sources
 (`~/.cache/agl/bench/`, used once the task has been fetched there); `../shared/datasets/` beside the checkout
 (the project's own subsets, found by walking up from the working directory and from this file). Nothing is
@@ -45,7 +45,7 @@ def shared_root() -> Path | None:
 
 
 def datasets_root(explicit: str | Path | None = None, task: str | None = None) -> Path:
-    """The folder holding `spider/`, `musique/`, `calc_x/` (for `task`: one that holds that task's folder)."""
+    """The folder holding `spider/`, `musique/`, `calc_x/`, `quixbugs/` (for `task`: one that holds that task's folder)."""
     if explicit is not None:
         root = Path(explicit).expanduser()
         if not root.is_dir():

@@ -21,6 +21,7 @@ def read_recipe(recipe: str, task: BenchTask) -> dict[str, Any]:
         raise ValueError(f"recipe {recipe!r} is neither 'cpu' nor a file")
     options = read_option_file(path)  # the same reader as `agl train --config`
     options.pop("hardware", None)  # what it is sized for: recipe_hardware
+    options.pop("task_options", None)  # what every task input carries: recipe_task_options
     task_name = options.pop("task", task.name)
     if task_name != task.name:
         raise ValueError(f"recipe {path} is for task {task_name!r}, not {task.name!r}")
@@ -39,4 +40,15 @@ def recipe_hardware(recipe: str) -> dict[str, Any]:
     unknown = sorted(set(table) - known)
     if unknown:
         raise ValueError(f"recipe {recipe}: [hardware] has unknown keys {', '.join(unknown)} (known: {sorted(known)})")
+    return dict(table)
+
+
+def recipe_task_options(recipe: str) -> dict[str, Any]:
+    """The `[task_options]` table of a recipe file: options every task input carries to the agent, as `--set`
+    gives them (the flags win), e.g. QuixBugs' `harness = "mini-swe-agent"`; empty for 'cpu'."""
+    if recipe == "cpu":
+        return {}
+    table = read_option_file(Path(recipe)).get("task_options") or {}
+    if not isinstance(table, dict):
+        raise ValueError(f"recipe {recipe}: [task_options] must be a table")
     return dict(table)

@@ -15,7 +15,8 @@ Task input: `{id, program, source, description, files, cases, data_dir}` (see `d
 - `max_tokens` (int, default 768): the bound on the answer (the longest program is ~40 lines, ~400 tokens);
 - `prompts` (`{"repairer": <system message>, "user": <template with {program}, {source}, {description}>}`):
   replace the prompts (tests put scripted-model directives here);
-- `case_timeout_s`, `budget_s` (floats): the evaluator's limits (see `evaluate.py`).
+- `case_timeout_s`, `budget_s` (floats): the evaluator's limits (see `evaluate.py`);
+- `harness` ("mini-swe-agent"): a coding harness repairs the file instead of the one call (`harness.py`).
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from typing import Any
 import agl
 from agl_bench.quixbugs import AGENT_NAME
 from agl_bench.quixbugs.evaluate import BUDGET_S, CASE_TIMEOUT_S, evaluate, extract_code, parse_program
+from agl_bench.quixbugs.harness import repair_with_harness
 from agl_bench.results import report
 
 DEFAULT_MAX_TOKENS = 768
@@ -54,6 +56,9 @@ def user_message(task: dict[str, Any], template: str) -> str:
 
 @agl.rollout
 def repair(task: dict[str, Any], llm: agl.LLM) -> float:
+    if task.get("harness"):  # a coding harness edits the file instead (agl_bench.quixbugs.harness)
+        edited, run = repair_with_harness(task, llm)
+        return score(task, edited, edited, harness_exit=run.returncode, harness_timed_out=run.timed_out)
     chosen = prompts(task)
     messages = [
         {"role": "system", "content": chosen[AGENT_NAME]},
@@ -66,7 +71,11 @@ def repair(task: dict[str, Any], llm: agl.LLM) -> float:
             max_tokens=int(task.get("max_tokens") or DEFAULT_MAX_TOKENS),
         )
     answer = reply.choices[0].message.content or ""
-    code = extract_code(answer)
+    return score(task, answer, extract_code(answer))
+
+
+def score(task: dict[str, Any], answer: str, code: str, **info: Any) -> float:
+    """Run the program's tests on `code` and report the task's metrics; the reward is the share that pass."""
     result = evaluate(
         task,
         code,
@@ -90,5 +99,6 @@ def repair(task: dict[str, Any], llm: agl.LLM) -> float:
         error=result.error,
         failures=summary["failures"][:5],
         seconds=summary["seconds"],
+        **info,
     )
     return share

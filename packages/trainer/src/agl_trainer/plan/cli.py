@@ -60,7 +60,8 @@ def print_plan(config: Any, plan_flags: dict[str, Any]) -> None:
     from agl_trainer.verl.settings import parse_overrides
 
     try:
-        hardware = resolve(plan_flags["gpus_per_node"], plan_flags["nodes"], plan_flags["gpu_memory_gib"])
+        # a recipe names only the keys it sizes for; the rest is detected (resolve takes None)
+        hardware = resolve(plan_flags.get("gpus_per_node"), plan_flags.get("nodes"), plan_flags.get("gpu_memory_gib"))
         overrides = parse_overrides(list(config.verl_set))
         plan = make_plan(
             PlanRequest(config, hardware, rollout_gpus=config.rollout_gpus or None, verl_overrides=overrides)
