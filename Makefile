@@ -141,8 +141,9 @@ test: $(STAMP) $(HARNESS_STAMP) $(if $(AGL_SKIP_VLLM_TESTS),,$(VLLM_STAMP)) $(if
 test-fast: $(STAMP)
 	$(BIN)/python -m pytest -m "not slow"
 
-# Each adapter alone in a fresh environment with the newest release of its framework and of openai (CI runs it).
-test-newest:
+# Each adapter alone in a fresh environment with the newest release of its framework and of openai, and the coding
+# agents at their newest releases, run by the tests in .venv (CI runs it).
+test-newest: $(STAMP) $(HARNESS_STAMP)
 	$(PYTHON) .ci/test_newest.py
 
 lint: $(STAMP)
