@@ -222,8 +222,11 @@ def _check(task: str, folder: Path) -> dict[str, int]:
     from agl_bench.musique.data import check as check_musique
     from agl_bench.quixbugs.data import check as check_quixbugs
     from agl_bench.spider.data import check as check_spider
+    from agl_bench.swebench.data import check as check_swebench
+    from agl_bench.swebench.data import check_verified as check_swebench_verified
 
     checks = {"calc_x": check_calc_x, "musique": check_musique, "spider": check_spider, "quixbugs": check_quixbugs}
+    checks.update(swebench=check_swebench, swebench_verified=check_swebench_verified)
     try:
         rows = checks[task](folder)
     except DataError as exc:

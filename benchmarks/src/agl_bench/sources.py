@@ -101,6 +101,30 @@ SOURCES: dict[str, Source] = {
 }
 
 
+# SWE-bench Lite and Verified. How sure the file layout is: the `swebench` package (5.0.2) does not name the hub's
+# files — its `harness/utils.py:load_swebench_dataset` calls `datasets.load_dataset(name, split=split)`, which
+# resolves any layout, and reads a local folder as `<split>.parquet` — so the layout below is the hub's usual one for a
+# dataset pushed with `push_to_hub` (`data/test-00000-of-00001.parquet`, `data/dev-...` for Lite), remembered, not
+# seen from here (the hub cannot be reached). `*.parquet` matches files in any folder (fnmatch's `*` crosses `/`),
+# and the loader reads either layout, so a different shard name still fetches. The package now says
+# `SWE-bench/SWE-bench_Lite` (the datasets moved to the SWE-bench organisation; the hub redirects the old names).
+SWEBENCH_SOURCES: dict[str, Source] = {
+    "swebench": Source(
+        task="swebench",
+        origin=HubSource("princeton-nlp/SWE-bench_Lite", ("*.parquet", "README.md")),
+        license="MIT (the instances; each repository keeps its own licence)",
+        cite="Jimenez et al., SWE-bench: Can Language Models Resolve Real-World GitHub Issues?, ICLR 2024",
+    ),
+    "swebench_verified": Source(
+        task="swebench_verified",
+        origin=HubSource("princeton-nlp/SWE-bench_Verified", ("*.parquet", "README.md")),
+        license="MIT (the instances; each repository keeps its own licence)",
+        cite="Jimenez et al., ICLR 2024; OpenAI, Introducing SWE-bench Verified, 2024",
+    ),
+}
+SOURCES.update(SWEBENCH_SOURCES)
+
+
 def get_source(task: str) -> Source:
     source = SOURCES.get(task.replace("-", "_"))
     if source is None:

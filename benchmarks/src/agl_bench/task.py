@@ -38,6 +38,7 @@ TASKS = {
     "musique": "agl_bench.musique.task:TASK",
     "calc_x": "agl_bench.calc_x.task:TASK",
     "quixbugs": "agl_bench.quixbugs.task:TASK",
+    "swebench": "agl_bench.swebench.task:TASK",
 }
 
 
