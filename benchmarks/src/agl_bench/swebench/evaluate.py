@@ -134,7 +134,7 @@ def check_setup(python: str, *, docker: str | None = None, timeout_s: float = 60
         raise SWEbenchSetupError(f"cannot run {python} ({exc}); set {PYTHON_ENV} to a Python with swebench") from exc
     if probe.returncode != 0:
         raise SWEbenchSetupError(
-            f"{python} cannot import swebench ({_tail(probe.stderr, 300)}): `{python} -m pip install swebench`, "
+            f"{python} cannot import swebench ({_last_line(probe.stderr)}): `{python} -m pip install swebench`, "
             f"or set {PYTHON_ENV} to a Python that has it"
         )
     command = docker or os.environ.get(DOCKER_ENV) or "docker"
@@ -150,7 +150,7 @@ def check_setup(python: str, *, docker: str | None = None, timeout_s: float = 60
     except subprocess.TimeoutExpired as exc:
         raise SWEbenchSetupError(f"`{command} info` did not answer in {timeout_s:g} s; {how}") from exc
     if answer.returncode != 0:
-        said = _tail(answer.stderr or answer.stdout, 300)
+        said = _last_line(answer.stderr or answer.stdout)
         raise SWEbenchSetupError(f"the container runtime does not answer: `{command} info` failed ({said}); {how}")
 
 
@@ -247,6 +247,11 @@ def statuses(report: dict[str, Any], instance_ids: Iterable[str]) -> dict[str, s
     """Each instance's outcome in the harness's report; one it does not list was not run."""
     found = {iid: status for key, status in STATUS_LISTS.items() for iid in report.get(key) or []}
     return {iid: found.get(iid, "not_run") for iid in instance_ids}
+
+
+def _last_line(text: str) -> str:
+    lines = (text or "").strip().splitlines()
+    return lines[-1] if lines else "no output"
 
 
 def _tail(text: str, chars: int) -> str:
