@@ -80,9 +80,10 @@ def test_lite_and_verified_are_fetched_from_the_hub_and_loaded_by_split(tmp_path
         env = env_for(tmp_path, hub)
         done = subprocess.run([*AGL, "bench", "data", "fetch", "swebench"], env=env, capture_output=True, text=True)
         assert done.returncode == 0, done.stderr
-        # Verified is a source of its own (`agl bench data fetch` names tasks; swebench_verified is not one)
-        code = "from agl_bench.fetch import fetch; fetch('swebench_verified')"
-        done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True)
+        # Verified is a source of its own, beside the task's: `agl bench data fetch` names sources
+        done = subprocess.run(
+            [*AGL, "bench", "data", "fetch", "swebench_verified"], env=env, capture_output=True, text=True
+        )
         assert done.returncode == 0, done.stderr
     root = tmp_path / "bench"
     assert json.loads((root / "swebench" / MANIFEST).read_text())["rows"] == {"lite-dev": 1, "lite-test": 2}

@@ -10,6 +10,7 @@ from typing import Any
 import click
 
 from agl_bench.recipes import CPU_DEFAULTS
+from agl_bench.sources import SOURCES
 from agl_bench.task import TASKS
 from agl_trainer.options import build_config, click_options, merge
 from agl_trainer.plan.cli import plan_options, pop_plan_flags, print_plan
@@ -259,7 +260,8 @@ def data() -> None:
 
 
 @data.command(name="fetch")
-@click.argument("task_names", metavar="TASK...", nargs=-1, required=True, type=click.Choice(sorted(TASKS)))
+# the sources, not only the tasks: a task may read several (swebench_verified beside swebench)
+@click.argument("task_names", metavar="TASK...", nargs=-1, required=True, type=click.Choice(sorted(SOURCES)))
 @click.option(
     "--to", "into", default=None, help="Folder to fetch into (default: $AGL_BENCH_DATA or ~/.cache/agl/bench)."
 )
