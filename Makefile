@@ -132,10 +132,11 @@ browser:
 	bash .ci/install_browser.sh
 
 # In the environment built above every framework is installed: a skip for any other reason than these fails the run
-# (conftest.py). Google ADK's pins cannot co-install with the adapters'; AGL_SKIP_* skip on request.
+# (conftest.py). Google ADK's pins cannot co-install with the adapters'; AGL_SKIP_* skip on request. The 40 slowest
+# tests are listed at the end: what to look at when CI nears its time.
 ALLOWED_SKIPS ?= Google ADK is not installed|AGL_SKIP_
 test: $(STAMP) $(HARNESS_STAMP) $(if $(AGL_SKIP_VLLM_TESTS),,$(VLLM_STAMP)) $(if $(AGL_SKIP_BROWSER_TESTS),,browser)
-	AGL_ALLOWED_SKIPS="$(ALLOWED_SKIPS)" $(BIN)/python -m pytest
+	AGL_ALLOWED_SKIPS="$(ALLOWED_SKIPS)" $(BIN)/python -m pytest --durations=40
 
 # The fast tier: unit tests and quick integration tests, no test marked slow (no vLLM, no training runs).
 test-fast: $(STAMP)
