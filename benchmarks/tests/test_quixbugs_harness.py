@@ -16,6 +16,7 @@ from click.testing import CliRunner
 from agl.cli.main import cli
 from agl.client import Client
 from agl.common.processes import ServerProcess
+from agl.learn.air import air_rewards
 from agl.testing.fixtures import wait_rollouts
 from agl_bench.datasets import datasets_root
 from agl_bench.quixbugs.data import task_input
@@ -43,6 +44,7 @@ def test_mini_swe_agent_repairs_the_file_and_its_tests_score_it(
     script = (
         "Repair {file}.\n"
         + step("cat gcd.py")
+        + step("python3 -c 'import gcd; assert gcd.gcd(35, 21) == 7'")  # its own test run, failing before the fix
         + step(f"cat > gcd.py <<'AGL_EOF'\n{fixed}AGL_EOF")
         + step("echo COMPLETE_TASK_AND_SUBMIT_FINAL_OUTPUT")
     )
@@ -57,8 +59,20 @@ def test_mini_swe_agent_repairs_the_file_and_its_tests_score_it(
     outcome = read_outcome(repaired)
     assert outcome is not None and outcome.metrics["tests_passed_share"] == 1.0 and outcome.info["harness_exit"] == 0
     calls = sorted(repaired.llm_calls, key=lambda c: c.seq)
-    assert len(calls) == 3 and {c.agent_name for c in calls} == {"mini-swe-agent"} and all(c.trainable for c in calls)
+    assert len(calls) == 4 and {c.agent_name for c in calls} == {"mini-swe-agent"} and all(c.trainable for c in calls)
     assert "def gcd" in str(calls[1].request["messages"][-1]["content"])  # `cat` showed it the program
+    # the commands it ran, read from its trajectory as tool spans; the failing test run is an error span, and AIR
+    # puts its penalty right after the call that asked for it (the second)
+    commands = sorted((s for s in repaired.spans if s.name == "bash"), key=lambda s: s.start_time)
+    assert [(s.status.value, s.attributes["bash.returncode"]) for s in commands[:3]] == [
+        ("ok", 0),
+        ("error", 1),
+        ("ok", 0),
+    ]
+    assert "Traceback" in str(commands[1].attributes["bash.output_tail"])  # the defective gcd never ends its recursion
+    penalties = air_rewards(repaired, TASK.air_rules())
+    (penalty,) = penalties
+    assert (penalty.name, penalty.value, penalty.after_llm_seq) == ("air:command_failed", -0.1, calls[1].seq)
     (span,) = [s for s in repaired.spans if s.name.startswith("cli:")]
     assert span.attributes["cli.egress"] == []
 
