@@ -6,7 +6,6 @@ the Responses route under `codex` with exact ids, with no connection to any host
 
 from __future__ import annotations
 
-import json
 import os
 from pathlib import Path
 from typing import Any
@@ -16,7 +15,8 @@ import pytest
 from agl.client import Client
 from agl.common.processes import ServerProcess
 from agl.testing.fixtures import wait_rollouts
-from agl.testing.upstream import encode, render_prompt
+from agl.testing.upstream import encode, say_line, step_line
+from tests.harness_support import FIXED_ANSWER, TEST_COMMAND, assert_stored_exactly, defective_calc
 
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples" / "coding-agents"
 CODEX = Path(os.environ.get("AGL_CODEX") or EXAMPLES / "node_modules" / ".bin" / "codex")
@@ -28,30 +28,23 @@ def codex_installed() -> None:
         pytest.fail(f"Codex is not installed at {CODEX}: `make harnesses` installs the pinned one")
 
 
-def step(name: str, arguments: dict[str, Any]) -> str:
-    return f"agl-step: {name} {json.dumps(arguments)}\n"
-
-
 PATCH = "apply_patch <<'EOF'\n*** Begin Patch\n*** Update File: calc.py\n@@\n-    return a - b\n+    return a + b\n*** End Patch\nEOF\n"
 
 
 def test_codex_repairs_a_file_with_its_own_tools_and_every_call_is_stored_exactly(
     agl_server: ServerProcess, agl_client: Client, agl_workers: Any, tmp_path: Path
 ) -> None:
-    files = tmp_path / "task-files"
-    files.mkdir()
-    (files / "calc.py").write_text("def add(a, b):\n    return a - b\n")
-    (files / "check.py").write_text("import calc\n\nassert calc.add(2, 3) == 5, calc.add(2, 3)\nprint('tests pass')\n")
+    files = defective_calc(tmp_path)
     # the model's turns, in Codex's own tool: exec_command runs a shell command in the workspace, and an
     # `apply_patch` command there is Codex's file edit (its instructions tell the model so)
     prompt = (
         "Fix calc.py so that add() adds; check.py is its test.\n"
-        + step("exec_command", {"cmd": "cat calc.py"})
-        + step("exec_command", {"cmd": PATCH})
-        + step("exec_command", {"cmd": "python3 check.py"})
-        + 'agl-step: say "Fixed: add() returns a + b and check.py passes."\n'
+        + step_line("exec_command", {"cmd": "cat calc.py"})
+        + step_line("exec_command", {"cmd": PATCH})
+        + step_line("exec_command", {"cmd": TEST_COMMAND})
+        + say_line(FIXED_ANSWER)
     )
-    (rollout,) = agl_client.enqueue({"files": str(files), "prompt": prompt, "test": "python3 check.py"})
+    (rollout,) = agl_client.enqueue({"files": str(files), "prompt": prompt, "test": TEST_COMMAND})
     agl_workers(f"{EXAMPLES / 'codex_cli.py'}:repair", agl_server.url)
     (done,) = wait_rollouts(agl_client, [rollout.id], timeout=180)
     detail = agl_client.rollout_detail(rollout.id)
@@ -61,16 +54,12 @@ def test_codex_repairs_a_file_with_its_own_tools_and_every_call_is_stored_exactl
 
     calls = sorted(detail.llm_calls, key=lambda c: c.seq)
     assert len(calls) == 4  # read, edit, run the test, finish: one call per turn, nothing else sent
-    for call in calls:
-        assert call.agent_name == "codex" and call.route == "responses" and call.trainable
-        assert call.prompt_ids == encode(render_prompt(call.request["messages"], call.request.get("tools")))
+    assert_stored_exactly(calls, "codex", "responses")
     tool_calls = [c.response_message["tool_calls"][0]["function"] for c in calls[:3]]  # type: ignore[index, call-overload]
     assert [t["name"] for t in tool_calls] == ["exec_command"] * 3
     # each command's output went back to the model: the file's text, then the test's output
     assert any("return a - b" in str(m.get("content")) for m in calls[1].request["messages"] if m["role"] == "tool")
-    last_prompt = calls[3].request["messages"]
-    assert any("tests pass" in str(m.get("content")) for m in last_prompt if m.get("role") == "tool")
-    assert calls[3].response_ids == encode("Fixed: add() returns a + b and check.py passes.")
+    assert calls[3].response_ids == encode(FIXED_ANSWER)
     assert span.status.value == "ok" and span.agent_name == "codex"
     assert span.attributes.get("cli.egress") == [], span.attributes.get(
         "cli.egress"

@@ -17,7 +17,8 @@ from agl.client import Client
 from agl.common import hermes
 from agl.common.processes import ServerProcess
 from agl.testing.fixtures import wait_rollouts
-from agl.testing.upstream import encode, render_prompt
+from agl.testing.upstream import encode, step_line
+from tests.harness_support import TEST_COMMAND, assert_stored_exactly, defective_calc
 
 REPO = Path(__file__).resolve().parents[1]
 EXAMPLE = REPO / "examples" / "coding-agents" / "mini_swe_agent.py"
@@ -31,23 +32,18 @@ def mini_swe_agent_installed() -> None:
         pytest.fail(f"mini-swe-agent is not installed at {MINI}: `make harnesses` builds .venv-harness with it")
 
 
-def bash(command: str) -> str:
-    return f"agl-step: bash {json.dumps({'command': command})}\n"
-
-
 def test_mini_swe_agent_repairs_a_file_with_its_own_commands_and_every_call_is_stored_exactly(
     agl_server: ServerProcess, agl_client: Client, agl_workers: Any, tmp_path: Path
 ) -> None:
-    files = tmp_path / "task-files"
-    files.mkdir()
-    (files / "calc.py").write_text("def add(a, b):\n    return a - b\n")
-    (files / "check.py").write_text("import calc\n\nassert calc.add(2, 3) == 5, calc.add(2, 3)\nprint('tests pass')\n")
-    commands = ["cat calc.py", "sed -i 's/a - b/a + b/' calc.py", "python3 check.py", SUBMIT]
+    files = defective_calc(tmp_path)
+    commands = ["cat calc.py", "sed -i 's/a - b/a + b/' calc.py", TEST_COMMAND, SUBMIT]
     # the model's turns, in mini's own format: one call of its `bash` tool each; mini puts the task in its first
     # user message, where the scripted model reads these lines
-    prompt = "Fix calc.py so that add() adds; check.py is its test.\n" + "".join(bash(c) for c in commands)
+    prompt = "Fix calc.py so that add() adds; check.py is its test.\n" + "".join(
+        step_line("bash", {"command": c}) for c in commands
+    )
     trajectory = tmp_path / "trajectory.json"  # mini's own record of the run, kept outside the workspace
-    task = {"files": str(files), "prompt": prompt, "test": "python3 check.py", "trajectory": str(trajectory)}
+    task = {"files": str(files), "prompt": prompt, "test": TEST_COMMAND, "trajectory": str(trajectory)}
     (rollout,) = agl_client.enqueue(task)
     agl_workers(f"{EXAMPLE}:repair", agl_server.url)
     (done,) = wait_rollouts(agl_client, [rollout.id], timeout=180)
@@ -60,15 +56,12 @@ def test_mini_swe_agent_repairs_a_file_with_its_own_commands_and_every_call_is_s
 
     calls = sorted(detail.llm_calls, key=lambda c: c.seq)
     assert len(calls) == len(commands)  # one call per turn, nothing else sent
+    assert_stored_exactly(calls, "mini-swe-agent", "chat")  # the test's output back in the last prompt too
     for call, command in zip(calls, commands, strict=True):
-        assert call.agent_name == "mini-swe-agent" and call.trainable
         assert [t["function"]["name"] for t in call.request["tools"]] == ["bash"]
-        assert call.prompt_ids == encode(render_prompt(call.request["messages"], call.request.get("tools")))
         (tool_call,) = call.response_message["tool_calls"]  # type: ignore[index]
         assert json.loads(tool_call["function"]["arguments"]) == {"command": command}
         assert call.response_ids == encode(hermes.render_tool_call("bash", tool_call["function"]["arguments"]))
-    # each command's output went back to the model: the last turn's prompt holds the test's
-    assert any("tests pass" in str(m.get("content")) for m in calls[-1].request["messages"] if m["role"] == "tool")
 
     # no call went around agl: mini counted as many model calls as agl stored, and it ended by submitting
     saved = json.loads(trajectory.read_text())

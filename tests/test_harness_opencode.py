@@ -6,7 +6,6 @@ call is stored through the chat route under `opencode` with exact ids, with no c
 
 from __future__ import annotations
 
-import json
 import os
 from pathlib import Path
 from typing import Any
@@ -16,7 +15,8 @@ import pytest
 from agl.client import Client
 from agl.common.processes import ServerProcess
 from agl.testing.fixtures import wait_rollouts
-from agl.testing.upstream import encode, render_prompt
+from agl.testing.upstream import encode, say_line, step_line
+from tests.harness_support import FIXED_ANSWER, TEST_COMMAND, assert_stored_exactly, defective_calc
 
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples" / "coding-agents"
 PINNED = EXAMPLES / "opencode" / "node_modules" / "opencode-linux-x64" / "bin" / "opencode"
@@ -29,28 +29,21 @@ def opencode_installed() -> None:
         pytest.fail(f"OpenCode is not installed at {OPENCODE}: `make harnesses` installs the pinned one")
 
 
-def step(name: str, arguments: dict[str, Any]) -> str:
-    return f"agl-step: {name} {json.dumps(arguments)}\n"
-
-
 def test_opencode_repairs_a_file_with_its_own_tools_and_every_call_is_stored_exactly(
     agl_server: ServerProcess, agl_client: Client, agl_workers: Any, tmp_path: Path
 ) -> None:
-    files = tmp_path / "task-files"
-    files.mkdir()
-    (files / "calc.py").write_text("def add(a, b):\n    return a - b\n")
-    (files / "check.py").write_text("import calc\n\nassert calc.add(2, 3) == 5, calc.add(2, 3)\nprint('tests pass')\n")
+    files = defective_calc(tmp_path)
     # the model's turns, in OpenCode's own tools (paths relative to the workspace), scripted in the project's
     # instructions: OpenCode quotes a prompt argument, so JSON in the prompt would reach the model escaped
     (files / "AGENTS.md").write_text(
         "# Project notes\n"
-        + step("read", {"filePath": "calc.py"})
-        + step("edit", {"filePath": "calc.py", "oldString": "a - b", "newString": "a + b"})
-        + step("bash", {"command": "python3 check.py", "description": "Run the test"})
-        + 'agl-step: say "Fixed: add() returns a + b and check.py passes."\n'
+        + step_line("read", {"filePath": "calc.py"})
+        + step_line("edit", {"filePath": "calc.py", "oldString": "a - b", "newString": "a + b"})
+        + step_line("bash", {"command": TEST_COMMAND, "description": "Run the test"})
+        + say_line(FIXED_ANSWER)
     )
     prompt = 'Fix calc.py so that add() adds; "check.py" is its test.'
-    (rollout,) = agl_client.enqueue({"files": str(files), "prompt": prompt, "test": "python3 check.py"})
+    (rollout,) = agl_client.enqueue({"files": str(files), "prompt": prompt, "test": TEST_COMMAND})
     agl_workers(f"{EXAMPLES / 'opencode.py'}:repair", agl_server.url)
     (done,) = wait_rollouts(agl_client, [rollout.id], timeout=180)
     detail = agl_client.rollout_detail(rollout.id)
@@ -60,9 +53,7 @@ def test_opencode_repairs_a_file_with_its_own_tools_and_every_call_is_stored_exa
 
     calls = sorted(detail.llm_calls, key=lambda c: c.seq)
     assert len(calls) == 4  # read, edit, run the test, finish: one call per turn, no title or other call
-    for call in calls:
-        assert call.agent_name == "opencode" and call.route == "chat" and call.trainable
-        assert call.prompt_ids == encode(render_prompt(call.request["messages"], call.request.get("tools")))
+    assert_stored_exactly(calls, "opencode", "chat")
     # the prompt, given on standard input, reaches the model as it is (as an argument OpenCode would quote it)
     first_user = next(m for m in calls[0].request["messages"] if m["role"] == "user")
     assert first_user["content"] == prompt
@@ -70,9 +61,7 @@ def test_opencode_repairs_a_file_with_its_own_tools_and_every_call_is_stored_exa
     assert [t["name"] for t in tool_calls] == ["read", "edit", "bash"]
     # each tool's output went back to the model: the file's text, then the test's output
     assert any("return a - b" in str(m.get("content")) for m in calls[1].request["messages"] if m["role"] == "tool")
-    last_prompt = calls[3].request["messages"]
-    assert any("tests pass" in str(m.get("content")) for m in last_prompt if m.get("role") == "tool")
-    assert calls[3].response_ids == encode("Fixed: add() returns a + b and check.py passes.")
+    assert calls[3].response_ids == encode(FIXED_ANSWER)
     assert span.status.value == "ok" and span.agent_name == "opencode"
     # no update check, model catalogue, plugin install or share reached any host
     assert span.attributes.get("cli.egress") == [], span.attributes.get("cli.egress")

@@ -18,6 +18,7 @@ from agl.client import Client
 from agl.common.processes import ServerProcess
 from agl.learn.air import air_rewards
 from agl.testing.fixtures import wait_rollouts
+from agl.testing.upstream import step_line
 from agl_bench.datasets import datasets_root
 from agl_bench.quixbugs.data import task_input
 from agl_bench.quixbugs.harness import mini_command
@@ -34,7 +35,7 @@ def folder() -> Path:
 
 
 def step(command: str) -> str:
-    return f"agl-step: bash {json.dumps({'command': command})}\n"
+    return step_line("bash", {"command": command})
 
 
 def test_mini_swe_agent_repairs_the_file_and_its_tests_score_it(

@@ -18,6 +18,7 @@ from test_swebench_evaluate import fake_docker, fake_harness, harness_calls
 from agl.client import Client
 from agl.common.processes import ServerProcess
 from agl.testing.fixtures import wait_rollouts
+from agl.testing.upstream import step_line
 from agl_bench.quixbugs.harness import mini_command
 from agl_bench.results import read_outcome
 from agl_bench.swebench.agent import PREDICTION_SPAN
@@ -52,7 +53,7 @@ def origin(tmp_path: Path) -> tuple[Path, str]:
 
 
 def step(command: str) -> str:
-    return f"agl-step: bash {json.dumps({'command': command})}\n"
+    return step_line("bash", {"command": command})
 
 
 FIX = "sed -i '2s/a - b/a + b/' calc.py"

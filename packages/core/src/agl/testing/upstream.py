@@ -133,6 +133,16 @@ def _pending_directive_tool(
     return next((offered[n] for n in wanted if n in offered and n not in called), None)
 
 
+def step_line(tool: str, arguments: dict[str, Any]) -> str:
+    """An `agl-step:` line (rule 2) that makes the scripted model call `tool` with `arguments` on its turn."""
+    return f"agl-step: {tool} {json.dumps(arguments)}\n"
+
+
+def say_line(text: str) -> str:
+    """An `agl-step:` line (rule 2) that makes the scripted model answer `text` on its turn."""
+    return f"agl-step: say {json.dumps(text)}\n"
+
+
 def _scripted_step(messages: list[dict[str, Any]]) -> tuple[str, Any] | None:
     """The `agl-step:` line for this turn as (tool name or "say", arguments or text), or None past the script.
     A malformed line is a 400 naming it: a test's script is wrong, not the agent under test."""
