@@ -40,7 +40,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from urllib.parse import quote, urlsplit
 
-from agl.capture.egress import EgressMode, EgressRecorder
+from agl.capture.egress import PROXY_VARIABLES, EgressMode, EgressRecorder
 from agl.capture.llm import LLM
 from agl.capture.tracing.spans import record_span
 
@@ -193,7 +193,7 @@ def _recorder(mode: EgressMode, llm: LLM, environment: Mapping[str, str]) -> Egr
     of its own (a company's: agl does not stand in front of it)."""
     if mode == "allow":
         return None
-    if any(environment.get(name) for name in ("HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "http_proxy", "https_proxy")):
+    if any(environment.get(name) for name in PROXY_VARIABLES):
         return None
     url = urlsplit(llm.base_url)
     own = {f"{url.hostname}:{url.port or (443 if url.scheme == 'https' else 80)}"}

@@ -19,7 +19,7 @@ from typing import Literal
 from urllib.parse import urlsplit
 
 EgressMode = Literal["record", "refuse", "allow"]
-_PROXY_VARIABLES = ("HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "http_proxy", "https_proxy", "all_proxy")
+PROXY_VARIABLES = ("HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "http_proxy", "https_proxy", "all_proxy")
 _MAX_HEAD = 64 * 1024
 
 
@@ -43,7 +43,7 @@ class EgressRecorder:
     def environment(self, no_proxy: list[str]) -> dict[str, str]:
         """The variables that route the command's connections through this proxy, except to `no_proxy` hosts."""
         hosts = ",".join(dict.fromkeys(["localhost", "127.0.0.1", "::1", *no_proxy]))
-        return {**{name: self.url for name in _PROXY_VARIABLES}, "NO_PROXY": hosts, "no_proxy": hosts}
+        return {**{name: self.url for name in PROXY_VARIABLES}, "NO_PROXY": hosts, "no_proxy": hosts}
 
     def __enter__(self) -> EgressRecorder:
         self._thread.start()
