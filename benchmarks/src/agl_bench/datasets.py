@@ -101,6 +101,22 @@ def read_jsonl(path: Path, what: str) -> list[dict[str, Any]]:
     return rows
 
 
+def read_parquet(path: Path, what: str, columns: Iterable[str] = ()) -> list[dict[str, Any]]:
+    """Rows of a parquet file that must hold `columns`; pyarrow is imported only when parquet is read."""
+    require_file(path, what)
+    import pyarrow.parquet as pq
+
+    try:
+        table = pq.read_table(path)
+    except Exception as exc:  # pyarrow raises several types (ArrowInvalid, OSError) for unreadable files
+        raise DataError(f"{path}: not a readable parquet file ({exc})") from None
+    missing = [k for k in columns if k not in table.column_names]
+    if missing:
+        raise DataError(f"{path}: missing column(s) {', '.join(missing)} (has {', '.join(table.column_names)})")
+    rows: list[dict[str, Any]] = table.to_pylist()
+    return rows
+
+
 def read_json(path: Path, what: str) -> Any:
     require_file(path, what)
     try:

@@ -12,7 +12,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from agl_bench.datasets import DataError, read_jsonl, require_keys, task_folder
+from agl_bench.datasets import DataError, read_jsonl, read_parquet, require_keys, task_folder
 
 TASK_DIR = "calc_x"
 SPLITS = ("train", "validation", "test")
@@ -21,7 +21,7 @@ FIELDS = ("id", "question", "chain", "result")  # `source` is always "calc": not
 
 def read_rows(path: Path) -> list[dict[str, Any]]:
     """The rows of a `.jsonl` or `.parquet` file, each checked to have the Calc-X fields as strings."""
-    rows = _read_parquet(path) if path.suffix == ".parquet" else read_jsonl(path, "Calc-X data file")
+    rows = read_parquet(path, "Calc-X data file") if path.suffix == ".parquet" else read_jsonl(path, "Calc-X data file")
     for index, row in enumerate(rows, 1):
         where = f"{path}:{index}" if path.suffix != ".parquet" else f"{path}: row {index}"
         require_keys(row, FIELDS, where)
@@ -30,19 +30,6 @@ def read_rows(path: Path) -> list[dict[str, Any]]:
                 raise DataError(f"{where}: field {key} must be a string, got {type(row[key]).__name__}")
         if not row["question"].strip() or not row["result"].strip():
             raise DataError(f"{where}: empty question or result")
-    return rows
-
-
-def _read_parquet(path: Path) -> list[dict[str, Any]]:
-    if not path.is_file():
-        raise DataError(f"Calc-X data file not found: {path}")
-    import pyarrow.parquet as pq  # only when parquet is read: the JSONL path needs no pyarrow
-
-    try:
-        table = pq.read_table(path)
-    except Exception as exc:  # pyarrow raises several types (ArrowInvalid, OSError) for unreadable files
-        raise DataError(f"{path}: not a readable parquet file ({exc})") from None
-    rows: list[dict[str, Any]] = table.to_pylist()
     return rows
 
 

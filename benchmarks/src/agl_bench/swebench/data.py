@@ -20,7 +20,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from agl_bench.datasets import DataError
+from agl_bench.datasets import DataError, read_parquet
 
 # split → (the task's data folder under the datasets root, the dataset's name on the hub, the hub's split)
 SPLIT_SOURCES: dict[str, tuple[str, str, str]] = {
@@ -84,18 +84,7 @@ def _test_list(value: Any, where: str, key: str) -> list[str]:
 
 def read_rows(path: Path) -> list[dict[str, Any]]:
     """The rows of one parquet file, each checked to hold the SWE-bench fields (the test lists decoded)."""
-    if not path.is_file():
-        raise DataError(f"SWE-bench data file not found: {path}")
-    import pyarrow.parquet as pq
-
-    try:
-        table = pq.read_table(path)
-    except Exception as exc:  # pyarrow raises several types (ArrowInvalid, OSError) for unreadable files
-        raise DataError(f"{path}: not a readable parquet file ({exc})") from None
-    missing = [k for k in FIELDS if k not in table.column_names]
-    if missing:
-        raise DataError(f"{path}: missing column(s) {', '.join(missing)} (has {', '.join(table.column_names)})")
-    rows: list[dict[str, Any]] = table.to_pylist()
+    rows = read_parquet(path, "SWE-bench data file", FIELDS)
     seen: set[str] = set()
     for index, row in enumerate(rows, 1):
         where = f"{path}: row {index}" + (f" ({row['instance_id']})" if isinstance(row["instance_id"], str) else "")
