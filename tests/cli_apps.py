@@ -16,6 +16,7 @@ SCRIPT = str(Path(__file__).with_name("cli_agent_script.py"))
 def solve(task: dict[str, Any], llm: agl.LLM) -> float:
     with agl.workspace(task["files"]) as ws:
         argv = [sys.executable, SCRIPT] + (["--hang", "--pids", task["pids"]] if task.get("hang") else [])
+        argv += ["--sub-agents"] if task.get("sub_agents") else []
         done = agl.run_cli(argv, llm=llm, agent="cli-agent", cwd=ws, timeout_s=task.get("timeout_s", 60))
         answered = (ws / "answer.txt").exists()
         agl.emit_reward(1.0 if done.timed_out else 0.0, name="timed_out")

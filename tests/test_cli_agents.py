@@ -12,6 +12,7 @@ from typing import Any
 
 from agl.client import Client
 from agl.common.processes import ServerProcess
+from agl.learn.selection import AgentSelection
 from agl.testing.fixtures import wait_rollouts
 from agl.testing.upstream import encode, render_prompt
 
@@ -63,3 +64,30 @@ def test_a_cli_agent_runs_in_its_workspace_and_its_calls_are_its_own(
     assert not alive(child) and not alive(leader)
     # every workspace was deleted afterwards
     assert not [p for p in os.listdir(scratch) if p.startswith("agl-workspace-")]
+
+
+def test_a_harness_s_sub_agents_are_stored_under_names_of_their_own(
+    agl_server: ServerProcess, agl_client: Client, agl_workers: Any, tmp_path: Path
+) -> None:
+    # the program makes its own call, then one marked as Claude Code marks a sub-agent's, then one marked as Codex does
+    files = tmp_path / "task-files"
+    files.mkdir()
+    (files / "task.txt").write_text("What is 3 * 4?\n")
+    (rollout,) = agl_client.enqueue({"files": str(files), "sub_agents": True})
+    agl_workers(APP, agl_server.url)
+    (done,) = wait_rollouts(agl_client, [rollout.id], timeout=120)
+    assert done.status.value == "succeeded"
+    calls = sorted(agl_client.rollout_detail(rollout.id).llm_calls, key=lambda c: c.seq)
+    named = [(c.agent_name, c.request["messages"][-1]["content"]) for c in calls]  # type: ignore[index]
+    assert named == [
+        ("cli-agent", "What is 3 * 4?"),
+        ("cli-agent/subagent", "as x-claude-code-agent-id"),
+        ("cli-agent/review", "as x-openai-subagent"),
+    ]
+    # selectable apart: the harness's own turns, its sub-agents, or all of them
+    for entry, selected in [
+        ("cli-agent", ["cli-agent"]),
+        ("cli-agent/subagent", ["cli-agent/subagent"]),
+        ("cli-agent*", ["cli-agent", "cli-agent/subagent", "cli-agent/review"]),
+    ]:
+        assert [c.agent_name for c in calls if AgentSelection.parse(entry).selects(c.agent_name)] == selected

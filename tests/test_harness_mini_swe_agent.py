@@ -18,7 +18,7 @@ from agl.common import hermes
 from agl.common.processes import ServerProcess
 from agl.testing.fixtures import wait_rollouts
 from agl.testing.upstream import encode, step_line
-from tests.harness_support import TEST_COMMAND, assert_stored_exactly, defective_calc
+from tests.harness_support import TEST_COMMAND, assert_stored_exactly, assert_tool_runs, defective_calc
 
 REPO = Path(__file__).resolve().parents[1]
 EXAMPLE = REPO / "examples" / "coding-agents" / "mini_swe_agent.py"
@@ -36,7 +36,7 @@ def test_mini_swe_agent_repairs_a_file_with_its_own_commands_and_every_call_is_s
     agl_server: ServerProcess, agl_client: Client, agl_workers: Any, tmp_path: Path
 ) -> None:
     files = defective_calc(tmp_path)
-    commands = ["cat calc.py", "sed -i 's/a - b/a + b/' calc.py", TEST_COMMAND, SUBMIT]
+    commands = [TEST_COMMAND, "cat calc.py", "sed -i 's/a - b/a + b/' calc.py", TEST_COMMAND, SUBMIT]
     # the model's turns, in mini's own format: one call of its `bash` tool each; mini puts the task in its first
     # user message, where the scripted model reads these lines
     prompt = "Fix calc.py so that add() adds; check.py is its test.\n" + "".join(
@@ -70,3 +70,8 @@ def test_mini_swe_agent_repairs_a_file_with_its_own_commands_and_every_call_is_s
     assert not detail.rollout.bypassed_llm_calls
     # and its process tree connected to no other host (agl.capture.egress counts them)
     assert span.attributes["cli.egress"] == []
+    # its commands from its trajectory, each placed by its call id: the failing test run penalised, its submission
+    # (not executed, mini says) neither ok nor failed
+    assert_tool_runs(
+        detail, [(0, "bash", "error"), (1, "bash", "ok"), (2, "bash", "ok"), (3, "bash", "ok"), (4, "bash", "unset")]
+    )

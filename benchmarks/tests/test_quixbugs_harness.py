@@ -65,12 +65,13 @@ def test_mini_swe_agent_repairs_the_file_and_its_tests_score_it(
     # the commands it ran, read from its trajectory as tool spans; the failing test run is an error span, and AIR
     # puts its penalty right after the call that asked for it (the second)
     commands = sorted((s for s in repaired.spans if s.name == "bash"), key=lambda s: s.start_time)
-    assert [(s.status.value, s.attributes["bash.returncode"]) for s in commands[:3]] == [
+    assert [(s.status.value, s.attributes["tool.exit_code"]) for s in commands[:3]] == [
         ("ok", 0),
         ("error", 1),
         ("ok", 0),
     ]
-    assert "Traceback" in str(commands[1].attributes["bash.output_tail"])  # the defective gcd never ends its recursion
+    assert all(s.attributes.get("gen_ai.tool.call.id") for s in commands)  # each names the tool call it answers
+    assert "Traceback" in str(commands[1].attributes["tool.output_tail"])  # the defective gcd never ends its recursion
     penalties = air_rewards(repaired, TASK.air_rules())
     (penalty,) = penalties
     assert (penalty.name, penalty.value, penalty.after_llm_seq) == ("air:command_failed", -0.1, calls[1].seq)

@@ -1,5 +1,6 @@
 """Claude Code, unchanged, as a rollout: `claude -p` in a fresh copy of the task's files, its every model call
-through agl's Anthropic Messages route under the agent `claude-code`, the reward from the task's tests.
+through agl's Anthropic Messages route under the agent `claude-code` (its sub-agents' under `claude-code/subagent`),
+its tool runs read back from its event stream as tool spans (AIR), the reward from the task's tests.
 
 Task: {"files": folder to copy, "prompt": what to do, "test": shell command whose exit 0 means solved,
        "timeout_s": optional limit for Claude Code}.
@@ -37,10 +38,12 @@ def claude_command() -> str:
 @agl.rollout
 def repair(task: dict[str, Any], llm: agl.LLM) -> float:
     with agl.workspace(task["files"]) as ws:
-        argv = [claude_command(), "-p", task["prompt"], "--output-format", "json"]
-        # headless: edits and the listed tools need no confirmation; its sessions are kept in the workspace
-        argv += ["--permission-mode", "acceptEdits", "--allowedTools", "Read,Edit,Write,Bash,Glob,Grep"]
+        # its events as JSON lines: every tool run and how it ended, read back below for AIR
+        argv = [claude_command(), "-p", task["prompt"], "--output-format", "stream-json", "--verbose"]
+        # headless: edits and the listed tools (Agent: its sub-agents) need no confirmation; sessions in the workspace
+        argv += ["--permission-mode", "acceptEdits", "--allowedTools", "Read,Edit,Write,Bash,Glob,Grep,Agent"]
         env = {**QUIET, "CLAUDE_CONFIG_DIR": str(ws / ".claude")}
-        agl.run_cli(argv, llm=llm, agent="claude-code", cwd=ws, env=env, timeout_s=task.get("timeout_s", 600))
+        done = agl.run_cli(argv, llm=llm, agent="claude-code", cwd=ws, env=env, timeout_s=task.get("timeout_s", 600))
+        agl.record_tool_runs(done, "claude-code", agent="claude-code")  # its tool runs as tool spans (AIR)
         tests = subprocess.run(task["test"], shell=True, cwd=ws, capture_output=True, timeout=120)
         return 1.0 if tests.returncode == 0 else 0.0

@@ -1,6 +1,6 @@
 """OpenAI's Codex CLI, unchanged, as a rollout: `codex exec` in a fresh copy of the task's files, its every model call
-through agl's Responses route under the agent `codex` (a custom model provider at the attempt's URL), the reward
-from the task's tests.
+through agl's Responses route under the agent `codex` (a custom model provider at the attempt's URL), its
+commands and file changes read back from its event stream as tool spans (AIR), the reward from the task's tests.
 
 Task: {"files": folder to copy, "prompt": what to do, "test": shell command whose exit 0 means solved,
        "timeout_s": optional limit for Codex}.
@@ -51,7 +51,8 @@ def repair(task: dict[str, Any], llm: agl.LLM) -> float:
         # a model provider of its own at the attempt's URL, naming the agent; Codex speaks the Responses API to it
         provider = {"name": "agl", "base_url": llm.for_agent("codex").base_url, "env_key": "OPENAI_API_KEY"}
         provider["wire_api"] = "responses"
-        argv = [codex_command(), "exec", task["prompt"], "--skip-git-repo-check", "-m", llm.model]
+        # --json: its events as JSON lines, every command and file change with how it ended (read back for AIR)
+        argv = [codex_command(), "exec", task["prompt"], "--json", "--skip-git-repo-check", "-m", llm.model]
         argv += ["-c", "model_provider=agl", "-c", f"model_providers.agl={_toml(provider)}"]
         # headless: never asks, edits files and runs commands in the workspace
         argv += ["--sandbox", "workspace-write", "-c", 'approval_policy="never"']
@@ -59,7 +60,8 @@ def repair(task: dict[str, Any], llm: agl.LLM) -> float:
             argv += ["-c", setting]
         (ws / ".codex").mkdir()  # its config, sessions and logs in the workspace, not the user's ~/.codex
         env = {"CODEX_HOME": str(ws / ".codex")}
-        agl.run_cli(argv, llm=llm, agent="codex", cwd=ws, env=env, timeout_s=task.get("timeout_s", 600))
+        done = agl.run_cli(argv, llm=llm, agent="codex", cwd=ws, env=env, timeout_s=task.get("timeout_s", 600))
+        agl.record_tool_runs(done, "codex", agent="codex")  # its commands and file changes as tool spans (AIR)
         tests = subprocess.run(task["test"], shell=True, cwd=ws, capture_output=True, timeout=120)
         return 1.0 if tests.returncode == 0 else 0.0
 

@@ -1,6 +1,6 @@
 """mini-swe-agent, unchanged, as a rollout: its `mini` command in a fresh copy of the task's files, its every model
 call (LiteLLM, `openai/<model>` at the attempt's URL) through agl under the agent `mini-swe-agent`, the reward from
-the task's tests.
+the task's tests; the commands it ran read back from its trajectory as tool spans (AIR).
 
 Task: {"files": folder to copy, "prompt": what to do, "test": shell command whose exit 0 means solved,
        "timeout_s": optional limit for mini, "trajectory": optional path to keep mini's trajectory at}.
@@ -46,5 +46,6 @@ def repair(task: dict[str, Any], llm: agl.LLM) -> float:
         argv += ["-m", f"openai/{llm.model}"]  # LiteLLM's OpenAI client, at OPENAI_API_BASE: the attempt's URL
         env = {**QUIET, "MSWEA_GLOBAL_CONFIG_DIR": str(ws / ".mini")}  # not the user's ~/.config/mini-swe-agent
         agl.run_cli(argv, llm=llm, agent="mini-swe-agent", cwd=ws, env=env, timeout_s=task.get("timeout_s", 600))
+        agl.record_tool_runs(trajectory, "mini-swe-agent", agent="mini-swe-agent")  # its commands as tool spans (AIR)
         tests = subprocess.run(task["test"], shell=True, cwd=ws, capture_output=True, timeout=120)
         return 1.0 if tests.returncode == 0 else 0.0

@@ -1,6 +1,7 @@
 """OpenCode, unchanged, as a rollout: `opencode run` in a fresh copy of the task's files, its every model call
 through agl's chat-completions route under the agent `opencode` (an OpenAI-compatible provider at the attempt's
-URL, in a config of the rollout's own), the reward from the task's tests.
+URL, in a config of the rollout's own), its tool runs read back from its event stream as tool spans (AIR), the
+reward from the task's tests.
 
 Task: {"files": folder to copy, "prompt": what to do, "test": shell command whose exit 0 means solved,
        "timeout_s": optional limit for OpenCode}.
@@ -53,10 +54,12 @@ def repair(task: dict[str, Any], llm: agl.LLM) -> float:
             f"XDG_{kind}_HOME": str(home / kind.lower()) for kind in ("CONFIG", "DATA", "CACHE", "STATE")
         }
         env["PWD"] = str(ws)  # OpenCode takes its project folder from $PWD before its cwd; the worker's is not ws
-        # --title: no extra model call to make one up; --pure: no external plugins
-        argv = [opencode_command(), "run", "--title", "rollout", "--pure"]
+        # --title: no extra model call to make one up; --pure: no external plugins; --format json: its events as JSON
+        # lines, every tool run with how it ended (read back for AIR)
+        argv = [opencode_command(), "run", "--title", "rollout", "--pure", "--format", "json"]
         timeout_s = task.get("timeout_s", 600)
-        agl.run_cli(argv, llm=llm, agent="opencode", cwd=ws, env=env, stdin=task["prompt"], timeout_s=timeout_s)
+        done = agl.run_cli(argv, llm=llm, agent="opencode", cwd=ws, env=env, stdin=task["prompt"], timeout_s=timeout_s)
+        agl.record_tool_runs(done, "opencode", agent="opencode")  # its tool runs as tool spans (AIR)
         tests = subprocess.run(task["test"], shell=True, cwd=ws, capture_output=True, timeout=120)
         return 1.0 if tests.returncode == 0 else 0.0
 

@@ -39,6 +39,7 @@ class Call:
     trainable: bool = True
     status: str = "ok"
     model_version: int | None = None
+    tool_calls: tuple[tuple[str, str], ...] = ()  # (id, tool name) the answer asked for
 
 
 @dataclass
@@ -54,6 +55,8 @@ class ToolSpan:
     status: SpanStatus
     after_seq: int | None  # recorded as agl.after_llm_seq; None: only times (as from another tracer)
     start_time: float = 0.0
+    attributes: dict[str, Any] = field(default_factory=dict)  # more span attributes (a call id, an ordinal)
+    agent: str | None = None
 
 
 @dataclass
@@ -112,7 +115,12 @@ def detail(run: Run) -> RolloutDetail:
             model="m",
             model_version=c.model_version,
             request={"messages": []},
-            response_message=None,
+            response_message={
+                "role": "assistant",
+                "tool_calls": [{"id": i, "type": "function", "function": {"name": t}} for i, t in c.tool_calls],
+            }
+            if c.tool_calls
+            else None,
             prompt_ids=c.prompt if c.trainable else None,
             response_ids=c.response if c.trainable else None,
             logprobs=c.logprobs if c.logprobs is not None else [-0.5] * len(c.response),
@@ -169,7 +177,9 @@ def detail(run: Run) -> RolloutDetail:
                 "agl.span.kind": "tool",
                 "gen_ai.tool.name": t.name,
                 **({"agl.after_llm_seq": t.after_seq} if t.after_seq is not None else {}),
+                **t.attributes,
             },
+            agent_name=t.agent,
         )
         for i, t in enumerate(run.tools)
     ]

@@ -59,3 +59,48 @@ def test_unparsable_answer_rule() -> None:
     d.llm_calls[0].response_message = {"role": "assistant", "content": "It is 40"}
     assert air_rewards(d, [AnswerParseRule(number)]) == []
     assert air_rewards(d, [AnswerParseRule(number, agent="someone else")]) == []
+
+
+def test_a_harness_s_tool_run_is_placed_after_the_call_that_asked_by_its_id_or_order() -> None:
+    # the runs were recorded after the harness ended: times and recorded seqs both point past the last call
+    late = {"after_seq": 3, "start_time": 9.0}
+    calls = [
+        Call([1], [2], agent="codex", tool_calls=(("c0", "exec_command"),)),
+        Call([3], [4], agent="codex", tool_calls=(("c1", "update_plan"), ("c2", "apply_patch"))),
+        Call([5], [6], agent="other", tool_calls=(("c3", "exec_command"),)),  # another agent's call: not counted
+        Call([7], [8], agent="codex", tool_calls=(("c4", "exec_command"),)),
+    ]
+    ordinal_of = ["exec_command", "apply_patch", "shell"]
+    tools = [
+        ToolSpan("Bash", SpanStatus.error, **late, attributes={"gen_ai.tool.call.id": "c2"}),  # by id
+        ToolSpan(
+            "command_execution",
+            SpanStatus.error,
+            **late,
+            agent="codex",  # the 2nd listed call: apply_patch
+            attributes={"agl.tool.call_ordinal": 1, "agl.tool.call_ordinal_of": ordinal_of},
+        ),
+        ToolSpan(
+            "command_execution",
+            SpanStatus.error,
+            **late,
+            agent="codex",  # the 3rd: seq 3, skipping `other`
+            attributes={"agl.tool.call_ordinal": 2, "agl.tool.call_ordinal_of": ordinal_of},
+        ),
+        ToolSpan(
+            "Bash",
+            SpanStatus.error,
+            after_seq=None,
+            start_time=2.7,  # an id no call answered: by time
+            attributes={"gen_ai.tool.call.id": "gone"},
+        ),
+        ToolSpan(
+            "command_execution",
+            SpanStatus.error,
+            **late,
+            agent="codex",  # past the calls: the recorded seq
+            attributes={"agl.tool.call_ordinal": 9, "agl.tool.call_ordinal_of": ordinal_of},
+        ),
+    ]
+    rewards = air_rewards(detail(Run("t", calls, tools=tools)))
+    assert [r.after_llm_seq for r in rewards] == [1, 1, 3, 2, 3]

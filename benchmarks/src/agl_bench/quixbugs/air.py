@@ -6,7 +6,7 @@ from a program that fails them all. `air:no_program` (−0.5, agl's `AnswerParse
 Python that parses and defines a function (`evaluate.parse_program`).
 
 Through a coding harness (`--set harness=mini-swe-agent`) the agent runs commands: the harness's own test runs,
-edits, reads. Each is recorded as a `bash` tool span from the harness's trajectory (`harness.record_commands`),
+edits, reads. Each is recorded as a `bash` tool span from the harness's trajectory (`agl.record_tool_runs`),
 and `air:command_failed` (−0.1, agl's `ToolStatusRule`) marks one that exited non-zero — a test run that shows
 failures, an edit command that did not apply — right after the model call that asked for it.
 """

@@ -13,14 +13,12 @@ Task options (beside the task's own keys): `harness` ("mini-swe-agent"), `harnes
 
 from __future__ import annotations
 
-import json
 import os
 import shutil
 from pathlib import Path
 from typing import Any
 
 import agl
-from agl.common import attributes as attr
 
 HARNESS_AGENTS = {"mini-swe-agent": "mini-swe-agent"}  # harness → the agent name its calls are stored under
 PROMPT = (
@@ -78,51 +76,6 @@ def repair_with_harness(task: dict[str, Any], llm: agl.LLM) -> tuple[str, agl.Cl
         env = {**QUIET, "MSWEA_GLOBAL_CONFIG_DIR": str(mini)}
         timeout_s = float(task.get("harness_timeout_s") or 600)
         done = agl.run_cli(argv, llm=llm, agent=HARNESS_AGENTS[harness], cwd=ws, env=env, timeout_s=timeout_s)
-        record_commands(mini / "run.json", HARNESS_AGENTS[harness])
+        # its commands as tool spans, each placed after the call that asked for it (AIR's tool rule reads them)
+        agl.record_tool_runs(mini / "run.json", "mini-swe-agent", agent=HARNESS_AGENTS[harness])
         return (ws / file).read_text(errors="replace"), done
-
-
-def record_commands(trajectory: Path, agent: str) -> int:
-    """Each command mini-swe-agent ran, read from its trajectory, as a `bash` tool span in the rollout: it ran in
-    another process, so agl saw only the model calls around it. A command that exited non-zero (a failing test run,
-    a bad `sed`) is an error span, which AIR's ToolStatusRule rewards after the call that asked for it (placed by
-    time: the span starts when that call's answer arrived). Returns how many were recorded; none when the
-    trajectory is missing or unreadable (a harness killed on its time limit writes none)."""
-    try:
-        messages = json.loads(trajectory.read_text()).get("messages") or []
-    except (OSError, ValueError, AttributeError):
-        return 0
-    asked: dict[str, tuple[str, float]] = {}  # tool call id → (its command, when the answer asking for it came)
-    recorded = 0
-    for message in messages:
-        extra = message.get("extra") or {}
-        if message.get("role") == "assistant":
-            for action in extra.get("actions") or []:
-                asked[str(action.get("tool_call_id"))] = (
-                    str(action.get("command", "")),
-                    float(extra.get("timestamp") or 0),
-                )
-        elif message.get("role") == "tool" and str(message.get("tool_call_id")) in asked:
-            command, start = asked[str(message.get("tool_call_id"))]
-            code = extra.get("returncode")
-            # mini reports the command that ended the run (its submission) as "not executed": neither ok nor failed
-            ended_run = extra.get("exception_info") == "action was not executed"
-            agl.record_span(
-                "bash",
-                kind="tool",
-                start_time=start,
-                end_time=float(extra.get("timestamp") or start),
-                status="unset" if ended_run else "ok" if code == 0 else "error",
-                status_message=None
-                if code == 0 or ended_run
-                else f"exit {code} {extra.get('exception_info') or ''}".strip(),
-                attributes={
-                    attr.TOOL_NAME: "bash",
-                    "bash.command": command[:2000],
-                    "bash.returncode": code if isinstance(code, int) else -1,
-                    "bash.output_tail": str(extra.get("raw_output", ""))[-2000:],
-                },
-                agent_name=agent,
-            )
-            recorded += 1
-    return recorded

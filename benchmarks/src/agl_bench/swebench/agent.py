@@ -42,7 +42,7 @@ from pathlib import Path
 from typing import Any
 
 import agl
-from agl_bench.quixbugs.harness import QUIET, mini_command, record_commands
+from agl_bench.quixbugs.harness import QUIET, mini_command
 from agl_bench.results import report
 from agl_bench.swebench import HARNESS
 from agl_bench.swebench.evaluate import Prediction, run_evaluation
@@ -120,7 +120,7 @@ def run_harness(task: dict[str, Any], llm: agl.LLM) -> tuple[str, agl.CliResult]
         done = agl.run_cli(
             argv, llm=llm, agent=HARNESS, cwd=repo, env=env, timeout_s=timeout_s, transcript=ws / "transcript.txt"
         )
-        record_commands(mini / "run.json", HARNESS)  # its commands as tool spans (AIR's tool rule reads them)
+        agl.record_tool_runs(mini / "run.json", "mini-swe-agent", agent=HARNESS)  # its commands as tool spans for AIR
         return patch_of(repo, str(task["base_commit"])), done
 
 

@@ -52,6 +52,7 @@ _EXPORTS = {
     "run_cli": "agl.capture.cli_agent",
     "workspace": "agl.capture.cli_agent",
     "CliResult": "agl.capture.cli_agent",
+    "record_tool_runs": "agl.capture.tool_runs",
 }
 
 __all__ = ["__version__", *_EXPORTS]
@@ -65,6 +66,7 @@ if TYPE_CHECKING:  # the same names, for type checkers (the `as` form marks them
     from agl.capture.llm import LLM as LLM
     from agl.capture.runner import Runner as Runner
     from agl.capture.runner import RunnerOptions as RunnerOptions
+    from agl.capture.tool_runs import record_tool_runs as record_tool_runs
     from agl.capture.tracing.context import allow_external_llm as allow_external_llm
     from agl.capture.tracing.context import current_agent as current_agent
     from agl.capture.tracing.context import current_rollout as current_rollout

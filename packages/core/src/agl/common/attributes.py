@@ -36,7 +36,12 @@ __all__ = [
     "SPAN_KIND",
     "TOOL_ARGUMENTS",
     "TOOL_CALL_ID",
+    "TOOL_CALL_ORDINAL",
+    "TOOL_CALL_ORDINAL_OF",
+    "TOOL_COMMAND",
+    "TOOL_EXIT_CODE",
     "TOOL_NAME",
+    "TOOL_OUTPUT_TAIL",
     "TOOL_RESULT",
 ]
 
@@ -50,5 +55,12 @@ TOOL_NAME = "gen_ai.tool.name"
 TOOL_CALL_ID = "gen_ai.tool.call.id"
 TOOL_ARGUMENTS = "agl.tool.arguments"
 TOOL_RESULT = "agl.tool.result"
+# a tool run a harness reported (agl.capture.tool_runs): what it ran, how it exited, its output's end, and, where the
+# harness gives no call id, its order among its agent's calls of the tools listed (which call asked for it)
+TOOL_COMMAND = "tool.command"
+TOOL_EXIT_CODE = "tool.exit_code"
+TOOL_OUTPUT_TAIL = "tool.output_tail"
+TOOL_CALL_ORDINAL = "agl.tool.call_ordinal"
+TOOL_CALL_ORDINAL_OF = "agl.tool.call_ordinal_of"
 # the sequence number of the last LLM call answered when the span ended: places tool outcomes in the run
 AFTER_LLM_SEQ = "agl.after_llm_seq"

@@ -42,13 +42,44 @@ def final_attempt_calls(detail: RolloutView) -> list[CallView]:
 
 
 def llm_seq_before(span: Span, calls: Sequence[CallView]) -> int | None:
-    """The call a span came after: the span's own record of it, else the last call that had answered when the
-    span started (spans from other tracers carry only times)."""
+    """The call a span came after: the call that asked for it when the span says which (`_call_that_asked`), else
+    the span's own record of the last call answered, else the last call that had answered when the span started
+    (spans from other tracers carry only times)."""
+    asked = _call_that_asked(span, calls)
+    if asked is not None:
+        return asked
     recorded = span.attributes.get(attr.AFTER_LLM_SEQ)
     if isinstance(recorded, int):
         return recorded
     answered = [c.seq for c in calls if c.started_at + c.latency_s <= span.start_time]
     return max(answered) if answered else None
+
+
+def _call_that_asked(span: Span, calls: Sequence[CallView]) -> int | None:
+    """The seq of the call whose answer asked for the tool run `span` records, where the span names it: by the tool
+    call's id, or by its order among its agent's calls of the tools it lists (a harness whose report gives no id;
+    agl.capture.tool_runs). A harness's runs are recorded after it ended, when their times no longer tell."""
+    ordered = sorted(calls, key=lambda c: c.seq)
+    call_id = span.attributes.get(attr.TOOL_CALL_ID)
+    if isinstance(call_id, str):
+        return next((c.seq for c in ordered for t in _tool_calls(c) if t.get("id") == call_id), None)
+    ordinal, listed = span.attributes.get(attr.TOOL_CALL_ORDINAL), span.attributes.get(attr.TOOL_CALL_ORDINAL_OF)
+    if not isinstance(ordinal, int) or not isinstance(listed, list):
+        return None
+    asking = [c.seq for c in ordered if c.agent_name == span.agent_name for t in _tool_calls(c) if _name(t) in listed]
+    return asking[ordinal] if 0 <= ordinal < len(asking) else None
+
+
+def _name(tool_call: dict[str, Any]) -> str | None:
+    function = tool_call.get("function")
+    name = function.get("name") if isinstance(function, dict) else None
+    return name if isinstance(name, str) else None
+
+
+def _tool_calls(call: CallView) -> list[dict[str, Any]]:
+    message = call.response_message
+    tool_calls = message.get("tool_calls") if message is not None else None
+    return [t for t in tool_calls if isinstance(t, dict)] if isinstance(tool_calls, list) else []
 
 
 def is_tool_span(span: Span) -> bool:

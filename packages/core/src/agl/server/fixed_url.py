@@ -14,7 +14,7 @@ import re
 from typing import Any
 from urllib.parse import quote, unquote
 
-from agl.protocol import HEADER_AGENT, HEADER_ATTEMPT_ID, HEADER_ROLLOUT_ID, error_bytes
+from agl.protocol import HEADER_AGENT, HEADER_ATTEMPT_ID, HEADER_ROLLOUT_ID, SUB_AGENT_LABEL, error_bytes
 
 # the LLM routes of the proxy, as a per-rollout URL serves them below `.../v1`
 _LLM_PATH = re.compile(r"^/v1/(chat/completions|responses|messages|messages/count_tokens)/?$")
@@ -25,6 +25,13 @@ _AGENT = HEADER_AGENT.encode()
 _HEADER_SAFE = " !#$&'()*+,-./:;<=>?@[]^_`{|}~"  # as agl's HTTP hook sends a name (agl.capture.tracing.http_inject)
 _ROLLOUT = HEADER_ROLLOUT_ID.encode()
 _ATTEMPT = HEADER_ATTEMPT_ID.encode()
+# How the coding harnesses mark a sub-agent's calls (neither documents it; read from their requests): Claude Code
+# 2.1 sends `x-claude-code-agent-id: <random id>` on every call of an `Agent`-tool sub-agent (no kind); Codex 0.171
+# sends `x-openai-subagent: <kind>`. A random id would make every run's sub-agent a new agent, so Claude Code's
+# become one name; Codex's kind is kept when it is a plain label.
+_CLAUDE_CODE_SUB_AGENT = b"x-claude-code-agent-id"
+_CODEX_SUB_AGENT = b"x-openai-subagent"
+_LABEL = re.compile(r"^[A-Za-z0-9_.-]{1,64}$")
 
 NO_ROLLOUT = (
     "this LLM call reached agl's fixed URL outside any rollout (no x-agl-rollout-id header): make it while a "
@@ -43,7 +50,9 @@ class FixedUrlMiddleware:
 
     An attempt's URL may also name the agent that calls it, `/rollout/R/attempt/A/agent/NAME/v1/...`: for a
     process agl's HTTP hook is not in (a command-line agent, `agl.run_cli`), whose calls carry no agent header;
-    the call becomes the attempt's own with NAME as its agent header, as the hook would have sent it."""
+    the call becomes the attempt's own with NAME as its agent header, as the hook would have sent it. A call there
+    that a harness marks as its sub-agent's is stored as `NAME/<label>` (`sub_agent_label`), so `--agents NAME`
+    trains the harness's own turns, `NAME/subagent` its sub-agents, and `'NAME*'` both."""
 
     def __init__(self, app: Any) -> None:
         self.app = app
@@ -52,7 +61,10 @@ class FixedUrlMiddleware:
         if scope["type"] == "http" and (named := _AGENT_PATH.match(scope["path"])) is not None:
             path = f"/rollout/{named[1]}/attempt/{named[2]}/v1/{named[4]}"
             headers = [(k, v) for k, v in scope["headers"] if k != _AGENT]
-            headers.append((_AGENT, quote(unquote(named[3]), safe=_HEADER_SAFE).encode()))
+            agent = unquote(named[3])
+            if (label := sub_agent_label(headers)) is not None:
+                agent = f"{agent}/{label}"
+            headers.append((_AGENT, quote(agent, safe=_HEADER_SAFE).encode()))
             scope = {**scope, "path": path, "raw_path": path.encode(), "headers": headers}
         if scope["type"] != "http" or not _LLM_PATH.match(scope["path"]):
             await self.app(scope, receive, send)
@@ -72,6 +84,19 @@ class FixedUrlMiddleware:
             return
         path = f"/rollout/{rollout}/attempt/{attempt}{scope['path']}"
         await self.app({**scope, "path": path, "raw_path": path.encode()}, receive, send)
+
+
+def sub_agent_label(headers: list[tuple[bytes, bytes]]) -> str | None:
+    """The label a harness's sub-agent call gets after its agent's name, or None for the harness's own calls: its
+    kind when it says one that is a plain label (`[A-Za-z0-9_.-]`, at most 64), else `subagent`, so a header can
+    never reshape the name beyond one more segment."""
+    for key, value in headers:
+        if key == _CODEX_SUB_AGENT:
+            kind = value.decode("latin-1").strip()
+            return kind if _LABEL.match(kind) else SUB_AGENT_LABEL
+        if key == _CLAUDE_CODE_SUB_AGENT:
+            return SUB_AGENT_LABEL
+    return None
 
 
 class FixedUrlRefusal:
