@@ -22,7 +22,7 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from agl.client import Client
-from agl.common.processes import start_server, start_worker
+from agl.common.processes import start_server, start_worker, stop_processes
 from agl.testing.upstream import start_upstream_process
 
 HERE = Path(__file__).resolve().parent
@@ -101,13 +101,8 @@ def main() -> None:
                 f"`agl serve --run-dir {args.run_dir}`, then `agl rollouts` and `agl show <rollout id>`"
             )
     finally:
-        for w in workers:
-            w.terminate()
-        for w in workers:
-            w.wait(15)
+        stop_processes([*workers, upstream])
         server.stop()
-        upstream.terminate()
-        upstream.wait(10)
 
 
 if __name__ == "__main__":

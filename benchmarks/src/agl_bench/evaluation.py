@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
 import time
 from contextlib import ExitStack
 from dataclasses import asdict, dataclass, field
@@ -25,7 +24,7 @@ from rich.console import Console
 from rich.table import Table
 
 from agl.client import Client
-from agl.common.processes import start_server, start_worker
+from agl.common.processes import start_server, start_worker, stop_processes
 from agl.schema import RolloutDetail
 from agl_bench.results import read_outcome
 from agl_bench.task import BenchTask
@@ -135,15 +134,6 @@ def _start_vllm(spec: ModelSpec, model: str, stack: ExitStack, log_dir: Path, co
     return server.url, SERVED_BASE
 
 
-def _stop(proc: subprocess.Popen[Any]) -> None:
-    if proc.poll() is None:
-        proc.terminate()
-        try:
-            proc.wait(15)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-
-
 def run_eval(cfg: EvalConfig, console: Console | None = None) -> EvalReport:
     console = console or Console()
     if not cfg.rows:
@@ -168,7 +158,7 @@ def run_eval(cfg: EvalConfig, console: Console | None = None) -> EvalReport:
             for i in range(cfg.workers)
         ]
         for w in workers:
-            stack.callback(_stop, w)
+            stack.callback(stop_processes, [w])
         client = stack.enter_context(Client(server.url))
         ids = [
             r.id

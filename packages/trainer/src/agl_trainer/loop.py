@@ -41,7 +41,7 @@ from typing import Any, cast
 from rich.console import Console
 
 from agl.client import Client
-from agl.common.processes import ServerProcess, start_server, start_worker
+from agl.common.processes import ServerProcess, start_server, start_worker, stop_processes
 from agl.learn.air import DEFAULT_RULES, AirRule
 from agl.learn.selection import AgentSelection
 from agl.schema import ModelVersionIn
@@ -204,14 +204,7 @@ class TrainingRun:
         self.version_steps[published.version] = step
 
     def _stop_workers(self) -> None:
-        for w in self.workers:
-            if w.poll() is None:
-                w.terminate()
-        for w in self.workers:
-            try:
-                w.wait(15)
-            except subprocess.TimeoutExpired:
-                w.kill()
+        stop_processes(self.workers)
 
     # ----------------------------------------------------------------------------------- steps
 

@@ -14,6 +14,7 @@ from typing import IO, Any
 import torch
 from rich.console import Console
 
+from agl.common.processes import stop_processes
 from agl_trainer.backends import EngineError, InferenceBackend, RemoteAdapterEngine, RemoteWeightsEngine
 from agl_trainer.chat_format import engine_chat_template
 from agl_trainer.colocation import Colocation, TrainerTurnLogprobs, publish_first_weights
@@ -97,14 +98,7 @@ class AglEngineProcess:
 
     def stop(self) -> None:
         proc, self.proc = self.proc, None
-        if proc is None:
-            return
-        proc.terminate()
-        try:
-            proc.wait(30)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+        stop_processes([proc], grace_s=30)
 
 
 def agl_engine_on_node(model: str, log_dir: Path, address: str, node_label: str) -> AglEngineProcess:

@@ -9,10 +9,25 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO
+from typing import IO, Any
+
+
+def stop_processes(procs: Iterable[subprocess.Popen[Any] | None], grace_s: float = 15.0) -> None:
+    """Stop processes together: SIGTERM to every one still running, then wait for all of them at most `grace_s`
+    in total (they shut down side by side, not one after another), then SIGKILL any left and reap it."""
+    running = [p for p in procs if p is not None and p.poll() is None]
+    for proc in running:
+        proc.terminate()
+    deadline = time.monotonic() + grace_s
+    for proc in running:
+        try:
+            proc.wait(max(0.0, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
 
 
 def read_ready_line(proc: subprocess.Popen[str], marker: str, timeout: float) -> str:
@@ -81,12 +96,7 @@ class ServerProcess:
             self.proc.wait(10)
 
     def stop(self) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(15)
-            except subprocess.TimeoutExpired:
-                self.kill()
+        stop_processes([self.proc])
 
     def restart(self, timeout: float = 60.0) -> ServerProcess:
         self.stop()

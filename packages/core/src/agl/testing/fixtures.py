@@ -16,7 +16,7 @@ import pytest
 
 from agl.capture.runner import Runner
 from agl.client import Client
-from agl.common.processes import ServerProcess, start_server, start_worker
+from agl.common.processes import ServerProcess, start_server, start_worker, stop_processes
 from agl.schema import Rollout, RolloutDetail
 from agl.testing.upstream import start_upstream_process
 
@@ -30,8 +30,7 @@ def agl_upstream() -> Iterator[str]:
     """The base URL (ending in /v1) of a scripted upstream process shared by the session."""
     proc, url = start_upstream_process()
     yield url
-    proc.terminate()
-    proc.wait(10)
+    stop_processes([proc], grace_s=10)
 
 
 @pytest.fixture
@@ -61,14 +60,7 @@ def agl_workers(tmp_path: Path) -> Iterator[StartWorker]:
         return proc
 
     yield start
-    for proc in started:
-        if proc.poll() is None:
-            proc.terminate()
-    for proc in started:
-        try:
-            proc.wait(10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
+    stop_processes(started, grace_s=10)
 
 
 def wait_rollouts(client: Client, ids: list[str], timeout: float = 60.0) -> list[Rollout]:
