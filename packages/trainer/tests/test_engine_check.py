@@ -58,7 +58,10 @@ def test_logprobs_at_the_sampling_temperature_pass(tiny_model_dir: Path) -> None
     (result,) = check_served_logprobs(
         "http://engine/v1", policy, [("default@v1", None)], transport=fake_engine(policy, tokenizer, PROBE_TEMPERATURE)
     )
-    assert result.mean_abs_diff < 1e-6 and result.mean_abs_diff_t1 > 0.1 and result.separation > 0.1
+    # the same model's own log-probs: equal up to float32 rounding, which depends on the batch's shape and the CPU's
+    # kernels (the probe scores both temperatures in one batch of two, the stand-in one alone: 3.4e-6 apart on an
+    # AMD EPYC), far below TOLERANCE; temperature-1 log-probs are far above it
+    assert result.mean_abs_diff < 1e-4 and result.mean_abs_diff_t1 > 0.1 and result.separation > 0.1
     # serving in bf16 puts them ~0.01 apart: still the same distribution
     noisy = fake_engine(policy, tokenizer, PROBE_TEMPERATURE, noise=0.5 * TOLERANCE)
     assert check_served_logprobs("http://engine/v1", policy, [("m", None)], transport=noisy)
