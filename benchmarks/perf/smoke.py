@@ -11,6 +11,7 @@ folder, not to results/.
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
 import tempfile
@@ -44,11 +45,16 @@ def main(argv: list[str]) -> int:
             print(f"== {name}", flush=True)
             code = f"import sys; sys.path.insert(0, {str(HERE)!r}); import {name}; {name}.smoke()"
             t0 = time.monotonic()
+            # a session of its own: a script over its limit is killed with every process it started (a benchmark
+            # starts servers, workers and trainers, which would otherwise run on, orphaned)
+            proc = subprocess.Popen([sys.executable, "-c", code], cwd=HERE, env=env, start_new_session=True)
             try:
-                done = subprocess.run([sys.executable, "-c", code], cwd=HERE, env=env, timeout=LIMIT_S)
-                verdict = "ok" if done.returncode == 0 else f"exit {done.returncode}"
+                returncode = proc.wait(timeout=LIMIT_S)
+                verdict = "ok" if returncode == 0 else f"exit {returncode}"
             except subprocess.TimeoutExpired:
                 verdict = f"over {LIMIT_S} s"
+                os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait()
             results.append((name, verdict, time.monotonic() - t0))
     print("\n== bench-smoke")
     for name, verdict, seconds in results:
