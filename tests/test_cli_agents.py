@@ -27,12 +27,18 @@ def alive(pid: int) -> bool:
     return state != "Z"
 
 
-def test_a_cli_agent_runs_in_its_workspace_and_its_calls_are_its_own(
-    agl_server: ServerProcess, agl_client: Client, agl_workers: Any, tmp_path: Path
-) -> None:
+def task_files(tmp_path: Path) -> Path:
+    """The task's folder the program reads its question from."""
     files = tmp_path / "task-files"
     files.mkdir()
     (files / "task.txt").write_text("What is 3 * 4?\n")
+    return files
+
+
+def test_a_cli_agent_runs_in_its_workspace_and_its_calls_are_its_own(
+    agl_server: ServerProcess, agl_client: Client, agl_workers: Any, tmp_path: Path
+) -> None:
+    files = task_files(tmp_path)
     scratch = tmp_path / "tmp"  # the worker's temporary folder: every workspace is made there
     scratch.mkdir()
     pids = tmp_path / "pids.txt"
@@ -70,9 +76,7 @@ def test_a_harness_s_sub_agents_are_stored_under_names_of_their_own(
     agl_server: ServerProcess, agl_client: Client, agl_workers: Any, tmp_path: Path
 ) -> None:
     # the program makes its own call, then one marked as Claude Code marks a sub-agent's, then one marked as Codex does
-    files = tmp_path / "task-files"
-    files.mkdir()
-    (files / "task.txt").write_text("What is 3 * 4?\n")
+    files = task_files(tmp_path)
     (rollout,) = agl_client.enqueue({"files": str(files), "sub_agents": True})
     agl_workers(APP, agl_server.url)
     (done,) = wait_rollouts(agl_client, [rollout.id], timeout=120)
