@@ -135,8 +135,12 @@ browser:
 # (conftest.py). Google ADK's pins cannot co-install with the adapters'; AGL_SKIP_* skip on request. The 40 slowest
 # tests are listed at the end: what to look at when CI nears its time.
 ALLOWED_SKIPS ?= Google ADK is not installed|AGL_SKIP_
+# Two processes (pytest-xdist): most tests wait on servers, workers and subprocesses, so a second process fills the
+# cores; a module stays in one process (its fixtures built once), the longest first (conftest.py). TEST_PROCESSES=0:
+# one process, as before.
+TEST_PROCESSES ?= 2
 test: $(STAMP) $(HARNESS_STAMP) $(if $(AGL_SKIP_VLLM_TESTS),,$(VLLM_STAMP)) $(if $(AGL_SKIP_BROWSER_TESTS),,browser)
-	AGL_ALLOWED_SKIPS="$(ALLOWED_SKIPS)" $(BIN)/python -m pytest --durations=40
+	AGL_ALLOWED_SKIPS="$(ALLOWED_SKIPS)" $(BIN)/python -m pytest -n $(TEST_PROCESSES) --dist loadscope --no-loadscope-reorder --durations=40
 
 # The fast tier: unit tests and quick integration tests, no test marked slow (no vLLM, no training runs).
 test-fast: $(STAMP)

@@ -243,7 +243,9 @@ def run_case(case: Case, root: Path) -> dict[str, object]:
     log.unlink(missing_ok=True)
     t0 = time.monotonic()
     extras = case.adapter[len(case.folder) :]
-    install = [python, "-m", "pip", "install", "-q", "--disable-pip-version-check"]
+    # --no-compile: these jobs run beside `make test` in CI, and byte-compiling every installed framework file costs
+    # CPU the suite needs; the few modules the tests import compile as they load
+    install = [python, "-m", "pip", "install", "-q", "--disable-pip-version-check", "--no-compile"]
     rc = _run([*install, "./packages/core", f"./packages/{case.folder}{extras}", *_test_tools()], log)
     if rc == 0:
         rc = _run([*install, "-U", *case.upgrade], log)
@@ -305,7 +307,9 @@ def run_harnesses(harnesses: tuple[Harness, ...], root: Path) -> dict[str, objec
         venv.create(env_dir, with_pip=True)
         python = str(env_dir / "bin" / "python")
         packages = list(dict.fromkeys(p for h in pip for p in h.pip))
-        rc = _run([python, "-m", "pip", "install", "-q", "--disable-pip-version-check", "-U", *packages], log)
+        rc = _run(
+            [python, "-m", "pip", "install", "-q", "--disable-pip-version-check", "--no-compile", "-U", *packages], log
+        )
         for h in pip if rc == 0 else []:
             programs[h.env] = str(env_dir / "bin" / h.program)
             versions.update(_pip_versions(python, h.report))

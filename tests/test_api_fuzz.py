@@ -101,7 +101,7 @@ def test_the_api_never_answers_5xx_and_matches_its_schema(server: ServerProcess,
             server,
             tmp_path / "all.ndjson",
             "--max-examples",
-            "220",
+            "150",  # 220 until 2026-11-28: CI's time on a slow day (with the fixed seed, the same examples each run)
             "--exclude-path-regex",
             "^/api/v1/(claims|proxy/hold)$",
             labels=ran,

@@ -70,7 +70,7 @@ class Run:
     tokenizer: Any
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def vllm_run(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Run]:
     python = vllm_python()
     run_dir = tmp_path_factory.mktemp("vllm") / "run"

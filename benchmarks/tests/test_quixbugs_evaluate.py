@@ -12,7 +12,15 @@ import pytest
 
 from agl_bench.datasets import datasets_root
 from agl_bench.quixbugs.data import CORRECT, PROGRAMS, task_input
-from agl_bench.quixbugs.evaluate import check_versions, evaluate, evaluate_many, extract_code, parse_program
+from agl_bench.quixbugs.evaluate import (
+    BUDGET_S,
+    CASE_TIMEOUT_S,
+    check_versions,
+    evaluate,
+    evaluate_many,
+    extract_code,
+    parse_program,
+)
 
 
 @pytest.fixture(scope="module")
@@ -32,10 +40,10 @@ def _snapshot(folder: Path) -> dict[str, float]:
 @pytest.mark.slow
 def test_every_corrected_program_scores_1_and_every_defective_one_less(folder: Path) -> None:
     before = _snapshot(folder)
-    started = time.monotonic()
-    checked = check_versions(folder, [CORRECT, PROGRAMS])
-    correct, defective = checked[CORRECT], checked[PROGRAMS]
-    seconds = time.monotonic() - started
+    # the corrected programs with 4x the default time per case: what is checked is that each scores exactly 1, and
+    # the slowest (levenshtein, ~2.2 s alone) ran past 6 s beside the rest of the suite on a slow day
+    correct = check_versions(folder, [CORRECT], case_timeout_s=4 * CASE_TIMEOUT_S, budget_s=4 * BUDGET_S)[CORRECT]
+    defective = check_versions(folder, [PROGRAMS])[PROGRAMS]
     assert len(correct) == len(defective) == 40
     assert {r.program: r.reward for r in correct if r.reward != 1.0} == {}
     assert [r.program for r in defective if r.reward >= 1.0 or r.error] == []
@@ -47,7 +55,6 @@ def test_every_corrected_program_scores_1_and_every_defective_one_less(folder: P
     assert by_name["bitcount"].seconds < 25
     assert by_name["quicksort"].summary()["failures"][0]["status"] == "failed"
     assert _snapshot(folder) == before, "the shared data is never written to"
-    assert seconds < 150
 
 
 def test_a_program_that_does_not_parse_scores_0_and_says_why(folder: Path) -> None:
