@@ -148,8 +148,9 @@ test-fast: $(STAMP)
 
 # Each adapter alone in a fresh environment with the newest release of its framework and of openai, and the coding
 # agents at their newest releases, run by the tests in .venv (CI runs it).
+NEWEST_JOBS ?= 3
 test-newest: $(STAMP) $(HARNESS_STAMP)
-	$(PYTHON) .ci/test_newest.py
+	$(PYTHON) .ci/test_newest.py --jobs $(NEWEST_JOBS)
 
 lint: $(STAMP)
 	$(BIN)/ruff check packages tests benchmarks examples .ci

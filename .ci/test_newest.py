@@ -338,6 +338,9 @@ def main() -> int:
     names = [*(c.name for c in CASES), HARNESS_JOB]
     parser.add_argument("--only", default="", help="comma-separated jobs: " + ",".join(names))
     parser.add_argument("--dir", default=".venv-newest", help="where the environments and logs go")
+    parser.add_argument(
+        "--jobs", type=int, default=3, help="jobs at a time (CI: 1, beside the suite, whose heavy tests need the CPU)"
+    )
     args = parser.parse_args()
     wanted = {n.strip() for n in args.only.split(",") if n.strip()}
     unknown = wanted - set(names)
@@ -352,10 +355,10 @@ def main() -> int:
         print(f"[newest] {HARNESS_JOB}: fresh npm folder and environment, newest {newest} ...", flush=True)
     for case in chosen:
         print(f"[newest] {case.name}: fresh environment, newest {', '.join(case.upgrade)} ...", flush=True)
-    # three at a time: most of a job is pip downloading and unpacking, and CI's time is bounded; the harnesses'
-    # job first, so that its tests (real agl serve + workers) overlap the adapters' installs instead of ending last
+    # three at a time by default: most of a job is pip downloading and unpacking; the harnesses' job first, so that
+    # its tests (real agl serve + workers) overlap the adapters' installs instead of ending last
     jobs = len(chosen) + int(harnesses)
-    with ThreadPoolExecutor(max_workers=min(3, jobs or 1)) as pool:
+    with ThreadPoolExecutor(max_workers=max(1, min(args.jobs, jobs))) as pool:
         futures = [pool.submit(run_harnesses, HARNESSES, root)] if harnesses else []
         futures += [pool.submit(run_case, case, root) for case in chosen]
         for future in as_completed(futures):

@@ -99,7 +99,12 @@ def vllm_run(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Run]:
     stop = VLLMServer.stop
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(VLLMServer, "stop", lambda self, timeout_s=30.0: kept.append(self))  # stopped below instead
-        TrainingRun(config).run()
+        try:
+            TrainingRun(config).run()
+        except BaseException:  # a failed run (or the test's time-out) must not leave the kept server running
+            for server in kept:
+                stop(server)
+            raise
     (server,) = set(kept)
     assert server.proc is not None and server.proc.poll() is None  # nothing restarted it, nothing killed it
     with Store(run_dir) as store:
