@@ -339,7 +339,7 @@ def main() -> int:
     parser.add_argument("--only", default="", help="comma-separated jobs: " + ",".join(names))
     parser.add_argument("--dir", default=".venv-newest", help="where the environments and logs go")
     parser.add_argument(
-        "--jobs", type=int, default=3, help="jobs at a time (CI: 1, beside the suite, whose heavy tests need the CPU)"
+        "--jobs", type=int, default=3, help="jobs at a time (CI: 2, beside the suite, whose heavy tests need the CPU)"
     )
     args = parser.parse_args()
     wanted = {n.strip() for n in args.only.split(",") if n.strip()}
