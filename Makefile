@@ -136,11 +136,15 @@ browser:
 # tests are listed at the end: what to look at when CI nears its time.
 ALLOWED_SKIPS ?= Google ADK is not installed|AGL_SKIP_
 # Two processes (pytest-xdist): most tests wait on servers, workers and subprocesses, so a second process fills the
-# cores; a module stays in one process (its fixtures built once), the longest first (conftest.py). TEST_PROCESSES=0:
-# one process, as before.
+# cores; a module stays in one process (its fixtures built once), the longest first (conftest.py). Each process's
+# torch (and the trainers and workers it starts) gets one OpenMP thread: with a thread per core in each, OpenMP's
+# threads spin-wait for each other on a busy machine (agl_trainer.run_setup.split_cores_with_vllm measured
+# generation falling from ~50 to 1-3 tokens/s so), and in CI the heaviest tests ran past 600 s beside the
+# newest-release jobs. vLLM's servers set their own. TEST_PROCESSES=0 TEST_THREADS=<cores>: one process, as before.
 TEST_PROCESSES ?= 2
+TEST_THREADS ?= 1
 test: $(STAMP) $(HARNESS_STAMP) $(if $(AGL_SKIP_VLLM_TESTS),,$(VLLM_STAMP)) $(if $(AGL_SKIP_BROWSER_TESTS),,browser)
-	AGL_ALLOWED_SKIPS="$(ALLOWED_SKIPS)" $(BIN)/python -m pytest -n $(TEST_PROCESSES) --dist loadscope --no-loadscope-reorder --durations=40
+	OMP_NUM_THREADS=$(TEST_THREADS) AGL_ALLOWED_SKIPS="$(ALLOWED_SKIPS)" $(BIN)/python -m pytest -n $(TEST_PROCESSES) --dist loadscope --no-loadscope-reorder --durations=40
 
 # The fast tier: unit tests and quick integration tests, no test marked slow (no vLLM, no training runs).
 test-fast: $(STAMP)
