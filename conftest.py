@@ -63,19 +63,23 @@ LONGEST = (
 LONGEST_TIMEOUT_S = 1500
 
 
+def _module(item: pytest.Item) -> str:
+    return item.nodeid.split("::")[0]
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """The longest modules first, then the other modules holding a slow test, then the rest (each keeping its
     order). `make test` hands modules to its two processes in this order (pytest-xdist, --dist loadscope
     --no-loadscope-reorder): started last, a long module would keep one process busy while the other waits."""
-    slow = {item.nodeid.split("::")[0] for item in items if item.get_closest_marker("slow")}
+    slow = {_module(item) for item in items if item.get_closest_marker("slow")}
 
     def rank(item: pytest.Item) -> int:
-        module = item.nodeid.split("::")[0]
+        module = _module(item)
         return LONGEST.index(module) if module in LONGEST else len(LONGEST) + (0 if module in slow else 1)
 
     items.sort(key=rank)
     # and 1,500 s each instead of the suite's 600: beside each other and the newest-release jobs in CI, on a slow day,
     # they ran 2-3x their time alone (the vLLM run's fixture and the main job's step went past 600 s on 2026-11-28)
     for item in items:
-        if item.nodeid.split("::")[0] in LONGEST and item.get_closest_marker("timeout") is None:
+        if _module(item) in LONGEST and item.get_closest_marker("timeout") is None:
             item.add_marker(pytest.mark.timeout(LONGEST_TIMEOUT_S))
