@@ -33,6 +33,7 @@ from pathlib import Path
 from typing import Any
 
 REPO = Path(__file__).resolve().parents[1]
+TAIL_LINES = 80  # of a failed job's log, printed
 
 
 @dataclass(frozen=True)
@@ -365,11 +366,21 @@ def main() -> int:
             report(future.result())
     results = [future.result() for future in futures]
     (root / "summary.json").write_text(json.dumps(results, indent=2))
-    failed = [r["adapter"] for r in results if not r["ok"]]
+    failed = [r for r in results if not r["ok"]]
+    for result in failed:
+        print_tail(REPO / str(result["log"]))
     if failed:
-        print(f"[newest] FAILED: {', '.join(map(str, failed))}; see the logs above", file=sys.stderr)
+        print(f"[newest] FAILED: {', '.join(str(r['adapter']) for r in failed)}; their logs' ends above", file=sys.stderr)
         return 1
     return 0
+
+
+def print_tail(log: Path, lines: int = TAIL_LINES) -> None:
+    """The end of a failed job's log: CI keeps only what this prints, not the log files (stop 49's CI named the
+    failed job and left no way to see which test failed)."""
+    text = log.read_text(errors="replace").splitlines() if log.exists() else [f"(no log at {log})"]
+    print(f"[newest] ---- the last {min(lines, len(text))} lines of {log.name} ----", flush=True)
+    print("\n".join(text[-lines:]), flush=True)
 
 
 def report(result: dict[str, Any]) -> None:

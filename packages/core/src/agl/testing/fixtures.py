@@ -63,8 +63,9 @@ def agl_workers(tmp_path: Path) -> Iterator[StartWorker]:
     stop_processes(started, grace_s=10)
 
 
-def wait_rollouts(client: Client, ids: list[str], timeout: float = 60.0) -> list[Rollout]:
-    """The rollouts once all are finished, in the order of `ids`."""
+def wait_rollouts(client: Client, ids: list[str], timeout: float = 180.0) -> list[Rollout]:
+    """The rollouts once all are finished, in the order of `ids`. The deadline is generous: a worker's start
+    (importing its framework) takes tens of seconds on a loaded 2-core machine."""
     rollouts = client.wait(ids, timeout=timeout)
     return sorted(rollouts, key=lambda r: ids.index(r.id))
 
