@@ -12,7 +12,7 @@ ones into a fresh virtual environment, then tests/test_harness_*.py with the mai
 fixtures live there; `make test` builds it) and each harness's variable (AGL_CLAUDE_CODE, ...) naming the newest
 program.
 
-Usage: python .ci/test_newest.py [--only langchain,crewai,harnesses] [--dir .venv-newest]
+Usage: python .ci/test_newest.py [--only langchain,crewai,harnesses] [--skip harnesses] [--dir .venv-newest]
 Prints the versions installed and the test counts per job; exits 1 if any suite failed.
 """
 
@@ -338,19 +338,22 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     names = [*(c.name for c in CASES), HARNESS_JOB]
     parser.add_argument("--only", default="", help="comma-separated jobs: " + ",".join(names))
+    parser.add_argument("--skip", default="", help="comma-separated jobs not to run")
     parser.add_argument("--dir", default=".venv-newest", help="where the environments and logs go")
     parser.add_argument(
         "--jobs", type=int, default=3, help="jobs at a time (CI: 2, beside the suite, whose heavy tests need the CPU)"
     )
     args = parser.parse_args()
     wanted = {n.strip() for n in args.only.split(",") if n.strip()}
-    unknown = wanted - set(names)
+    skipped = {n.strip() for n in args.skip.split(",") if n.strip()}
+    unknown = (wanted | skipped) - set(names)
     if unknown:
         parser.error(f"unknown job(s): {', '.join(sorted(unknown))}")
+    wanted = (wanted or set(names)) - skipped
     root = (REPO / args.dir).resolve()
     root.mkdir(parents=True, exist_ok=True)
-    chosen = [case for case in CASES if not wanted or case.name in wanted]
-    harnesses = not wanted or HARNESS_JOB in wanted
+    chosen = [case for case in CASES if case.name in wanted]
+    harnesses = HARNESS_JOB in wanted
     if harnesses:
         newest = ", ".join(h.npm or h.pip[0] for h in HARNESSES)
         print(f"[newest] {HARNESS_JOB}: fresh npm folder and environment, newest {newest} ...", flush=True)
@@ -365,12 +368,17 @@ def main() -> int:
         for future in as_completed(futures):
             report(future.result())
     results = [future.result() for future in futures]
-    (root / "summary.json").write_text(json.dumps(results, indent=2))
+    summary = root / "summary.json"  # CI runs the jobs in two calls: each keeps the other's entries
+    names_run = {r["adapter"] for r in results}
+    earlier = json.loads(summary.read_text()) if summary.exists() else []
+    summary.write_text(json.dumps([r for r in earlier if r["adapter"] not in names_run] + results, indent=2))
     failed = [r for r in results if not r["ok"]]
     for result in failed:
         print_tail(REPO / str(result["log"]))
     if failed:
-        print(f"[newest] FAILED: {', '.join(str(r['adapter']) for r in failed)}; their logs' ends above", file=sys.stderr)
+        print(
+            f"[newest] FAILED: {', '.join(str(r['adapter']) for r in failed)}; their logs' ends above", file=sys.stderr
+        )
         return 1
     return 0
 
