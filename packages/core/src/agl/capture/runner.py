@@ -54,6 +54,9 @@ class _Active:
     ctx: RolloutContext
     task: asyncio.Task[None] | None = None
     superseded: bool = False
+    # one flush at a time: the attempt's final flush waits for a heartbeat's batch still in flight, which the
+    # server refuses once the attempt is reported (spans of a finished attempt): CI lost a whole batch so
+    flushing: asyncio.Lock = field(default_factory=asyncio.Lock)
 
 
 @dataclass
@@ -191,7 +194,7 @@ class Runner:
             otel = sys.modules.get("agl.capture.tracing.otel")  # loaded only if the agent uses the OTel helper
             if otel is not None:  # its batched spans must reach the server before the attempt is reported
                 await asyncio.to_thread(otel.force_flush, 10_000)
-            await self._flush(client, ctx, final=True)
+            await self._flush(client, active, final=True)
             if ctx.refused and status == "succeeded":
                 status, error = "failed", "; ".join(ctx.refused)[:20_000]
             completed = await self._retry(
@@ -233,7 +236,11 @@ class Runner:
         ctx = contextvars.copy_context()
         return loop.run_in_executor(self._executor, ctx.run, self.agent, task_input, llm)
 
-    async def _flush(self, client: AsyncClient, ctx: RolloutContext, *, final: bool) -> None:
+    async def _flush(self, client: AsyncClient, active: _Active, *, final: bool) -> None:
+        async with active.flushing:
+            await self._send_recorded(client, active.ctx, final=final)
+
+    async def _send_recorded(self, client: AsyncClient, ctx: RolloutContext, *, final: bool) -> None:
         spans, rewards = ctx.recorder.drain()
         if not spans and not rewards:
             return
@@ -283,7 +290,7 @@ class Runner:
                 except (httpx.TransportError, AglHTTPError) as exc:
                     log.warning("heartbeat for %s failed: %s", attempt_id, exc)
                     continue
-                await self._flush(client, active.ctx, final=False)
+                await self._flush(client, active, final=False)
 
     async def _retry(self, fn: Any, *, what: str, patient: bool = True) -> Any:
         """Call `fn` until it succeeds, re-trying transport errors and 5xx for `retry_for_s` (server restarts)."""
