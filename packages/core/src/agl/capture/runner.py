@@ -290,6 +290,8 @@ class Runner:
                 except (httpx.TransportError, AglHTTPError) as exc:
                     log.warning("heartbeat for %s failed: %s", attempt_id, exc)
                     continue
+                if attempt_id not in self._active or active.flushing.locked():
+                    continue  # it is reporting: its final flush sends the rest (waiting here would hold up the others)
                 await self._flush(client, active, final=False)
 
     async def _retry(self, fn: Any, *, what: str, patient: bool = True) -> Any:
