@@ -184,7 +184,7 @@ def main(
 
 def smoke() -> None:
     """`make bench-smoke`: that this script runs, at a small size (the numbers are not judged)."""
-    rows = main(steps=4, gen_delay=0.2, update_s=0.2, ks=(0, 1), tasks_per_step=2, concurrency=8)
+    rows = main(steps=2, gen_delay=0.2, update_s=0.2, ks=(0, 1), tasks_per_step=2, concurrency=8)
     if rows["K=0: failed rollouts"] or rows["K=1: failed rollouts"]:
         raise RuntimeError(f"rollouts failed: {rows}")
 

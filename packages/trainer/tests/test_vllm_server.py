@@ -170,6 +170,13 @@ def test_on_a_cpu_the_model_runs_in_the_engine_core_with_agls_plugin(
     assert cmd[cmd.index("--distributed-executor-backend") + 1] == "uni"
     assert env["VLLM_ENABLE_V1_MULTIPROCESSING"] == "0"  # else vLLM's CPU platform turns uni back into mp
     assert env["VLLM_CPU_OMP_THREADS_BIND"] == "nobind" and env["OMP_NUM_THREADS"] == "3"
+    monkeypatch.setenv("OMP_NUM_THREADS", "1")  # the run's own limit: kept when agl was not given a count
+    assert server.environment()["OMP_NUM_THREADS"] == "3"
+    every_core = VLLMServer(VLLMSettings(model=tmp_path, log_path=tmp_path / "v.log", python=str(python)))
+    assert every_core.environment()["OMP_NUM_THREADS"] == "1"
+    for unset in ("", "auto"):
+        monkeypatch.setenv("OMP_NUM_THREADS", unset)
+        assert every_core.environment()["OMP_NUM_THREADS"] == str(os.cpu_count())
     # vLLM's python sees the plugin folder, not the trainer's path; the folder registers the plugin's entry point
     assert env["PYTHONPATH"] == str(CPU_PLUGIN_PATH)
     entry_points = next(CPU_PLUGIN_PATH.glob("*.dist-info")) / "entry_points.txt"

@@ -162,7 +162,7 @@ class VLLMSettings:
     device: str = "cpu"  # where the trainer runs; vLLM runs beside it
     cpu_kv_cache_gib: float = 1.0
     cpu_layout: bool = True  # on a CPU: one process, unpinned threads, grouped LoRA products (see above)
-    cpu_threads: int = 0  # OpenMP threads of the one-process layout (0: every core)
+    cpu_threads: int = 0  # OpenMP threads of the one-process layout (0: OMP_NUM_THREADS if set, else every core)
     gpu_memory_utilization: float = 0.5
     # on GPUs (agl_trainer.plan): the tool-call format of the model's family, the longest sequence served (vLLM's
     # default is the model's maximum, 131,072 for Llama 3.x, whose KV cache would not fit), parallelism, and the
@@ -237,8 +237,16 @@ def vllm_env_changes(s: VLLMSettings, cpu_threads: int | None = None) -> dict[st
         env["PYTHONPATH"] = str(CPU_PLUGIN_PATH)
         env["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"
         env["VLLM_CPU_OMP_THREADS_BIND"] = "nobind"
-        env["OMP_NUM_THREADS"] = str(cpu_threads or s.cpu_threads or os.cpu_count() or 1)
+        env["OMP_NUM_THREADS"] = str(cpu_threads or s.cpu_threads or inherited_omp_threads() or os.cpu_count() or 1)
     return env
+
+
+def inherited_omp_threads() -> int:
+    """The OMP_NUM_THREADS this process was started with (0: unset or not a count). A user who limits OpenMP's
+    threads for the run limits vLLM's too: on a CPU shared with other busy processes, a thread per core spin-waits
+    (`make test` runs two test processes on two cores with one thread each, and vLLM's servers beside them)."""
+    value = os.environ.get("OMP_NUM_THREADS", "").strip()
+    return int(value) if value.isdigit() else 0
 
 
 class VLLMServer:
