@@ -113,6 +113,9 @@ def config(run_dir: Path, k: int, steps: int, tasks_per_step: int, concurrency: 
     )
 
 
+MIN_STEPS = 3
+
+
 def run_k(
     k: int, upstream: str, update_s: float, root: Path, steps: int, tasks: int, concurrency: int
 ) -> dict[str, Any]:
@@ -142,6 +145,10 @@ def main(
     tasks_per_step: int = 4,
     concurrency: int = 16,
 ) -> dict[str, Any]:
+    if steps < MIN_STEPS:  # the throughput is measured over the steps after the first two (run_k)
+        raise SystemExit(
+            f"--steps {steps}: at least {MIN_STEPS} (step 1 fills the pipeline; from step 3 on is measured)"
+        )
     proc, upstream = start_upstream_process(delay_s=gen_delay)
     rows: dict[str, Any] = {
         "engine latency per call (s)": gen_delay,
@@ -184,7 +191,7 @@ def main(
 
 def smoke() -> None:
     """`make bench-smoke`: that this script runs, at a small size (the numbers are not judged)."""
-    rows = main(steps=2, gen_delay=0.2, update_s=0.2, ks=(0, 1), tasks_per_step=2, concurrency=8)
+    rows = main(steps=3, gen_delay=0.2, update_s=0.2, ks=(0, 1), tasks_per_step=2, concurrency=8)
     if rows["K=0: failed rollouts"] or rows["K=1: failed rollouts"]:
         raise RuntimeError(f"rollouts failed: {rows}")
 
