@@ -26,7 +26,7 @@ def test_example_runs_in_an_agl_worker(agl_server: ServerProcess, agl_client: Cl
         {"question": "What is 7/0?", "answer": 0, **SCRIPT},
     ]
     ids = [r.id for task in tasks for r in agl_client.enqueue(task)]
-    rollouts = wait_rollouts(agl_client, ids, timeout=180)
+    rollouts = wait_rollouts(agl_client, ids)
     assert [r.status.value for r in rollouts] == ["succeeded"] * 3
     details = agl_client.rollout_details(ids)
     details.sort(key=lambda d: ids.index(d.rollout.id))
@@ -60,7 +60,7 @@ def test_a_team_shared_by_concurrent_rollouts_fails_with_the_fix_named(tmp_path:
             # beside a starting worker on a loaded machine, they can be claimed (and run) one after the other
             ids = [r.id for i in range(3) for r in client.enqueue({"question": f"q{i}"}, max_attempts=1)]
             agl_workers(f"{Path(__file__).with_name('module_team_app.py')}:answer", server.url, concurrency=3)
-            rollouts = wait_rollouts(client, ids, timeout=180)
+            rollouts = wait_rollouts(client, ids)
             failed = [r for r in rollouts if r.status.value == "failed"]
             assert failed, "no run collided with another"
             for rollout in failed:
