@@ -52,6 +52,13 @@ _EXPORTS = {
     "run_cli": "agl.capture.cli_agent",
     "workspace": "agl.capture.cli_agent",
     "CliResult": "agl.capture.cli_agent",
+    "agent_home": "agl.capture.cli_agent",
+    "Sandbox": "agl.capture.sandbox.policy",
+    "Limits": "agl.capture.sandbox.policy",
+    "SandboxUnavailable": "agl.capture.sandbox.launch",
+    "run_sandboxed": "agl.capture.sandbox.run",
+    "sandboxed": "agl.capture.sandbox.run",
+    "SandboxedRun": "agl.capture.sandbox.run",
     "record_tool_runs": "agl.capture.tool_runs",
 }
 
@@ -59,12 +66,19 @@ __all__ = ["__version__", *_EXPORTS]
 
 if TYPE_CHECKING:  # the same names, for type checkers (the `as` form marks them as re-exported)
     from agl.capture.cli_agent import CliResult as CliResult
+    from agl.capture.cli_agent import agent_home as agent_home
     from agl.capture.cli_agent import run_cli as run_cli
     from agl.capture.cli_agent import workspace as workspace
     from agl.capture.decorator import RolloutFunction as RolloutFunction
     from agl.capture.decorator import rollout as rollout
     from agl.capture.llm import LLM as LLM
     from agl.capture.runner import Runner as Runner
+    from agl.capture.sandbox.launch import SandboxUnavailable as SandboxUnavailable
+    from agl.capture.sandbox.policy import Limits as Limits
+    from agl.capture.sandbox.policy import Sandbox as Sandbox
+    from agl.capture.sandbox.run import SandboxedRun as SandboxedRun
+    from agl.capture.sandbox.run import run_sandboxed as run_sandboxed
+    from agl.capture.sandbox.run import sandboxed as sandboxed
     from agl.capture.runner import RunnerOptions as RunnerOptions
     from agl.capture.tool_runs import record_tool_runs as record_tool_runs
     from agl.capture.tracing.context import allow_external_llm as allow_external_llm

@@ -26,8 +26,12 @@ _MAX_HEAD = 64 * 1024
 class EgressRecorder:
     """The proxy, in a thread of its own for the duration of a `with` block. `hosts` counts connections by target."""
 
-    def __init__(self, *, refuse: bool, own: set[str] | None = None) -> None:
+    def __init__(
+        self, *, refuse: bool, own: set[str] | None = None, unix_path: str | None = None, count: bool = True
+    ) -> None:
         self.refuse = refuse
+        self.count = count  # False: forward without counting (a sandbox whose task allows the network)
+        self.unix_path = unix_path  # listen there instead of on loopback (a sandbox's relay, agl.capture.sandbox)
         self.own = own or set()  # agl's own `host:port`: forwarded, never counted (NO_PROXY should keep it away)
         self.hosts: Counter[str] = Counter()
         self._lock = threading.Lock()
@@ -60,8 +64,11 @@ class EgressRecorder:
 
     def _serve(self) -> None:
         asyncio.set_event_loop(self._loop)
-        server = self._loop.run_until_complete(asyncio.start_server(self._handle, "127.0.0.1", 0))
-        self.port = server.sockets[0].getsockname()[1]
+        if self.unix_path is not None:
+            server = self._loop.run_until_complete(asyncio.start_unix_server(self._handle, path=self.unix_path))
+        else:
+            server = self._loop.run_until_complete(asyncio.start_server(self._handle, "127.0.0.1", 0))
+            self.port = server.sockets[0].getsockname()[1]
         self._ready.set()
         try:
             self._loop.run_forever()
@@ -87,7 +94,7 @@ class EgressRecorder:
             return
         host, port, origin_form = target
         where = f"{host}:{port}"
-        if where not in self.own:
+        if where not in self.own and self.count:
             with self._lock:
                 self.hosts[where] += 1
             if self.refuse:

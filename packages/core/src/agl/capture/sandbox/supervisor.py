@@ -1,0 +1,308 @@
+"""PID 1 of a sandbox: starts the command, relays its LLM and proxy ports, enforces the limits, reports, and takes
+every process of the sandbox down with it.
+
+This file runs *inside* the sandbox, by the worker's Python interpreter with `-I -S` (no site, no agl: only the
+standard library), as the first process of the sandbox's PID namespace. Being PID 1 is what makes the sandbox's end
+certain: when it exits, the kernel kills every process left in the namespace, daemons the command double-forked
+included. Its duties, in order:
+
+1. listen on `127.0.0.1:PORT` for each relayed port and carry every connection to a Unix socket bound in from the
+   host (the network namespace has nothing else: agl's LLM routes and the egress proxy are the only ways out);
+2. start the command with the per-process limits (`setrlimit`: processes, open files, CPU time, file size);
+3. watch the sandbox as a whole (processes, resident memory, the writable folders' size) and, on a breach, report it
+   and kill everything; reap orphans; report how each process that a limit killed ended (SIGXCPU, SIGXFSZ);
+4. when the command ends: report its exit, kill what it left behind (reporting how many), exit with its status.
+
+Reports are JSON lines on a descriptor the host passed in (`status_fd`), never in a file the command could write.
+It is not dumpable, so the command (same user, no capabilities) cannot ptrace it or read its descriptors, and as
+PID 1 it receives no signal from inside the namespace that it has no handler for.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import json
+import os
+import resource
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from typing import Any
+
+POLL_S = 0.05  # processes and memory: a fork or memory bomb is stopped within about this long
+SLOW_POLL_S = 0.5  # disk usage and open files: walking the folders costs more
+_PAGE = os.sysconf("SC_PAGE_SIZE")
+_status_lock = threading.Lock()
+_limits: dict[str, Any] = {}
+
+
+def main() -> int:
+    config = json.loads(sys.argv[1])
+    _limits.update(config["limits"])
+    status = os.fdopen(int(config["status_fd"]), "w", buffering=1)
+    os.set_inheritable(status.fileno(), False)
+
+    def report(**event: Any) -> None:
+        with _status_lock:
+            try:
+                status.write(json.dumps(event) + "\n")
+            except OSError:
+                pass
+
+    _not_dumpable()
+    # bound before the command starts, so its first connection is queued; accepted by threads started after the fork
+    listeners = [(_listen(int(port)), path) for port, path in config["relays"]]
+    terminating = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: terminating.set())  # the host's request to stop (its time limit)
+    limits = config["limits"]
+    try:
+        command = subprocess.Popen(
+            config["argv"],
+            cwd=config["cwd"],
+            preexec_fn=lambda: _apply_rlimits(limits),
+            close_fds=True,
+        )
+    except OSError as exc:
+        report(event="start_failed", message=f"{config['argv'][0]}: {exc.strerror or exc}")
+        return 127
+    report(event="started", pid=command.pid)
+    for server, path in listeners:
+        threading.Thread(target=_accept, args=(server, path), daemon=True).start()
+    code = _supervise(command, limits, config["watch"], report, terminating)
+    left = _kill_all()
+    _disk_breached(limits, config["watch"], report)  # a file cut at the size limit by a process that went on
+    if left:
+        report(event="left_behind", processes=left)
+    report(event="exit", code=code)
+    return code if code >= 0 else 128 - code
+
+
+def _supervise(
+    command: subprocess.Popen[bytes], limits: dict[str, Any], watch: list[str], report: Any, terminating: Any
+) -> int:
+    """Wait for the command while watching the sandbox; its exit code (negative: the signal that ended it)."""
+    next_slow = 0.0
+    code: int | None = None
+    while code is None:
+        code = _reap(command.pid, report)
+        if code is not None:
+            break
+        if terminating.is_set():
+            report(event="terminated")
+            _signal_all(signal.SIGTERM)
+            deadline = time.monotonic() + float(limits.get("grace_s", 2.0))
+            while code is None and time.monotonic() < deadline:
+                time.sleep(POLL_S)
+                code = _reap(command.pid, report)
+            return code if code is not None else -signal.SIGKILL
+        pids = _pids()
+        if limits.get("processes") and len(pids) > int(limits["processes"]):
+            # the kernel's own limit (a cgroup, or RLIMIT_NPROC) refuses forks past it; this catches where neither can
+            report(event="breach", limit="processes", allowed=int(limits["processes"]), seen=len(pids))
+            return _breach_exit(command.pid)
+        if limits.get("memory_mb"):
+            rss = sum(_rss(p) for p in pids)
+            if rss > int(limits["memory_mb"]) * 2**20:
+                report(event="breach", limit="memory_mb", allowed=int(limits["memory_mb"]), seen=rss // 2**20)
+                return _breach_exit(command.pid)
+        now = time.monotonic()
+        if now >= next_slow:
+            next_slow = now + SLOW_POLL_S
+            if _disk_breached(limits, watch, report):
+                return _breach_exit(command.pid)
+            if limits.get("open_files"):
+                most = max((_open_files(p) for p in pids), default=0)
+                if most >= int(limits["open_files"]):
+                    # the kernel refused the next open already (EMFILE); said once, the command goes on
+                    report(event="breach", limit="open_files", allowed=int(limits["open_files"]), seen=most)
+                    limits = {**limits, "open_files": None}
+        time.sleep(POLL_S)
+    return code
+
+
+def _reap(leader: int, report: Any) -> int | None:
+    """Reap every ended process (PID 1 inherits the orphans); the leader's exit code once it has ended."""
+    code = None
+    while True:
+        try:
+            pid, status = os.waitpid(-1, os.WNOHANG)
+        except ChildProcessError:
+            return code
+        if pid == 0:
+            return code
+        if os.WIFSIGNALED(status):
+            sig = os.WTERMSIG(status)
+            limit = {signal.SIGXCPU: "cpu_s", signal.SIGXFSZ: "disk_mb"}.get(signal.Signals(sig))
+            if limit is not None:
+                report(event="breach", limit=limit, allowed=_limits.get(limit), signal=signal.Signals(sig).name)
+            if pid == leader:
+                code = -sig
+        elif pid == leader:
+            code = os.WEXITSTATUS(status)
+
+
+def _breach_exit(leader: int) -> int:
+    _kill_all()
+    try:
+        _, status = os.waitpid(leader, 0)
+    except ChildProcessError:
+        return -signal.SIGKILL
+    return -os.WTERMSIG(status) if os.WIFSIGNALED(status) else os.WEXITSTATUS(status)
+
+
+def _pids() -> list[int]:
+    me = os.getpid()
+    return [int(n) for n in os.listdir("/proc") if n.isdigit() and int(n) != me]
+
+
+def _rss(pid: int) -> int:
+    try:
+        with open(f"/proc/{pid}/statm", "rb") as f:
+            return int(f.read().split()[1]) * _PAGE
+    except (OSError, IndexError, ValueError):
+        return 0
+
+
+def _open_files(pid: int) -> int:
+    try:
+        return len(os.listdir(f"/proc/{pid}/fd"))
+    except OSError:
+        return 0
+
+
+def _disk_breached(limits: dict[str, Any], watch: list[str], report: Any) -> bool:
+    """Whether the writable folders hold more than the limit (reported), or a file reached it (`RLIMIT_FSIZE` cut a
+    write there: reported once, as the process that hit it may have been a grandchild this one never reaps)."""
+    allowed = limits.get("disk_mb")
+    if not allowed or not watch:
+        return False
+    used, largest = 0, 0
+    for path in watch:
+        total, big = _disk_usage(path)
+        used, largest = used + total, max(largest, big)
+    if used > int(allowed) * 2**20:
+        report(event="breach", limit="disk_mb", allowed=int(allowed), seen=used // 2**20)
+        return True
+    if largest >= int(allowed) * 2**20 and not limits.get("file_reported"):
+        limits["file_reported"] = True
+        report(event="breach", limit="disk_mb", allowed=int(allowed), seen=largest // 2**20, file=True)
+    return False
+
+
+def _disk_usage(root: str) -> tuple[int, int]:
+    """Bytes allocated under `root` (blocks, so sparse files count what they use), links not followed; and the
+    largest file's apparent size."""
+    total = largest = 0
+    stack = [root]
+    while stack:
+        try:
+            entries = os.scandir(stack.pop())
+        except OSError:
+            continue
+        with entries:
+            for entry in entries:
+                try:
+                    info = entry.stat(follow_symlinks=False)
+                except OSError:
+                    continue
+                total += info.st_blocks * 512
+                if entry.is_dir(follow_symlinks=False):
+                    stack.append(entry.path)
+                else:
+                    largest = max(largest, info.st_size)
+    return total, largest
+
+
+def _signal_all(sig: int) -> None:
+    try:
+        os.kill(-1, sig)  # from PID 1: every process of the namespace but itself
+    except ProcessLookupError:
+        pass
+
+
+def _kill_all() -> int:
+    """SIGKILL every other process of the sandbox and reap them; how many there were."""
+    left = len(_pids())
+    _signal_all(signal.SIGKILL)
+    while True:
+        try:
+            os.waitpid(-1, 0)
+        except ChildProcessError:
+            return left
+
+
+def _apply_rlimits(limits: dict[str, Any]) -> None:
+    os.setsid()
+    for name, key, scale in (
+        ("RLIMIT_NPROC", "processes", 1),
+        ("RLIMIT_NOFILE", "open_files", 1),
+        ("RLIMIT_CPU", "cpu_s", 1),
+        ("RLIMIT_FSIZE", "disk_mb", 2**20),
+    ):
+        value = limits.get(key)
+        if value:
+            soft = int(value) * scale
+            hard = soft + 1 if key == "cpu_s" else soft  # SIGXCPU at the soft limit, SIGKILL a second later
+            resource.setrlimit(getattr(resource, name), (soft, hard))
+
+
+def _not_dumpable() -> None:
+    try:
+        ctypes.CDLL(None, use_errno=True).prctl(4, 0, 0, 0, 0)  # PR_SET_DUMPABLE = 4
+    except (OSError, AttributeError):
+        pass
+
+
+def _listen(port: int) -> socket.socket:
+    server = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    server.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    server.bind(("127.0.0.1", port))
+    server.listen(128)
+    server.set_inheritable(False)
+    return server
+
+
+def _accept(server: socket.socket, unix_path: str) -> None:
+    while True:
+        try:
+            client, _ = server.accept()
+        except OSError:
+            return
+        threading.Thread(target=_connect, args=(client, unix_path), daemon=True).start()
+
+
+def _connect(client: socket.socket, unix_path: str) -> None:
+    upstream = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        upstream.connect(unix_path)
+    except OSError:
+        client.close()
+        upstream.close()
+        return
+    back = threading.Thread(target=_pipe, args=(upstream, client), daemon=True)
+    back.start()
+    _pipe(client, upstream)
+    back.join()
+    client.close()
+    upstream.close()
+
+
+def _pipe(source: socket.socket, sink: socket.socket) -> None:
+    try:
+        while chunk := source.recv(65536):
+            sink.sendall(chunk)
+    except OSError:
+        pass
+    finally:
+        for sock, how in ((sink, socket.SHUT_WR), (source, socket.SHUT_RD)):
+            try:
+                sock.shutdown(how)
+            except OSError:
+                pass
+
+
+if __name__ == "__main__":
+    sys.exit(main())
