@@ -1,6 +1,7 @@
 """A command-line agent, as a harness is one: reads its task from the working folder, asks the model through the
 OpenAI SDK configured from its environment only (no agl in this process), writes its answer there. `--hang` starts
-a child that sleeps, writes both pids to the file named by `--pids`, and sleeps itself: for time-out tests.
+a child, and both write their beat (a count, every 0.1 s) to files in the folder named by `--beats`, forever: for
+time-out tests (a beat that stops means the process is gone, in a sandbox's PID namespace or not).
 `--sub-agents` then asks twice more as the harnesses' sub-agents do, with the header each marks them by (Claude Code's
 random agent id, Codex's kind)."""
 
@@ -14,14 +15,14 @@ from pathlib import Path
 
 parser = argparse.ArgumentParser()
 parser.add_argument("--hang", action="store_true")
-parser.add_argument("--pids", default=None)
+parser.add_argument("--beats", default=None)
 parser.add_argument("--sub-agents", action="store_true")
 args = parser.parse_args()
+BEAT = "import itertools, sys, time\nfor n in itertools.count():\n    open(sys.argv[1], 'w').write(str(n)); time.sleep(0.1)"
 if args.hang:
-    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"])
-    Path(args.pids).write_text(f"{child.pid} {__import__('os').getpid()}")
+    subprocess.Popen([sys.executable, "-c", BEAT, str(Path(args.beats) / "child")], start_new_session=True)
     print("hanging", flush=True)
-    time.sleep(600)
+    subprocess.run([sys.executable, "-c", BEAT, str(Path(args.beats) / "leader")])
 # imported after --hang's branch: the time-out test's 3 s must not go on importing it on a busy machine
 import openai  # noqa: E402
 

@@ -19,14 +19,6 @@ from agl.testing.upstream import encode, render_prompt
 APP = str(Path(__file__).with_name("cli_apps.py")) + ":solve"
 
 
-def alive(pid: int) -> bool:
-    try:
-        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-    except OSError:
-        return False
-    return state != "Z"
-
-
 def task_files(tmp_path: Path) -> Path:
     """The task's folder the program reads its question from."""
     files = tmp_path / "task-files"
@@ -41,8 +33,9 @@ def test_a_cli_agent_runs_in_its_workspace_and_its_calls_are_its_own(
     files = task_files(tmp_path)
     scratch = tmp_path / "tmp"  # the worker's temporary folder: every workspace is made there
     scratch.mkdir()
-    pids = tmp_path / "pids.txt"
-    tasks = [{"files": str(files)}, {"files": str(files), "hang": True, "pids": str(pids), "timeout_s": 3}]
+    beats = tmp_path / "beats"
+    beats.mkdir()
+    tasks = [{"files": str(files)}, {"files": str(files), "hang": True, "beats": str(beats), "timeout_s": 3}]
     ids = [r.id for task in tasks for r in agl_client.enqueue(task)]
     agl_workers(APP, agl_server.url, env={"TMPDIR": str(scratch)})
     done = wait_rollouts(agl_client, ids, timeout=120)
@@ -63,13 +56,13 @@ def test_a_cli_agent_runs_in_its_workspace_and_its_calls_are_its_own(
     assert [r.value for r in hung.rewards if r.name == "timed_out"] == [1.0]
     (span,) = [s for s in hung.spans if s.name.startswith("cli:")]
     assert span.status.value == "error" and "timed out" in str(span.status_message)
-    child, leader = (int(p) for p in pids.read_text().split())
-    deadline = time.monotonic() + 10
-    while (alive(child) or alive(leader)) and time.monotonic() < deadline:
-        time.sleep(0.1)
-    assert not alive(child) and not alive(leader)
-    # every workspace was deleted afterwards
-    assert not [p for p in os.listdir(scratch) if p.startswith("agl-workspace-")]
+    # the leader and its child (in a session of its own) both beat while it ran, and neither beats any more
+    assert {p.name for p in beats.iterdir()} == {"leader", "child"}
+    before = {p.name: p.read_text() for p in beats.iterdir()}
+    time.sleep(1.0)
+    assert {p.name: p.read_text() for p in beats.iterdir()} == before
+    # every workspace (and the home and transcripts beside it) was deleted afterwards
+    assert not [p for p in os.listdir(scratch) if p.startswith("agl-rollout-")]
 
 
 def test_a_harness_s_sub_agents_are_stored_under_names_of_their_own(

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import os
 import shutil
-import subprocess
 from pathlib import Path
 from typing import Any
 
@@ -42,8 +41,8 @@ def repair(task: dict[str, Any], llm: agl.LLM) -> float:
         argv = [claude_command(), "-p", task["prompt"], "--output-format", "stream-json", "--verbose"]
         # headless: edits and the listed tools (Agent: its sub-agents) need no confirmation; sessions in the workspace
         argv += ["--permission-mode", "acceptEdits", "--allowedTools", "Read,Edit,Write,Bash,Glob,Grep,Agent"]
-        env = {**QUIET, "CLAUDE_CONFIG_DIR": str(ws / ".claude")}
-        done = agl.run_cli(argv, llm=llm, agent="claude-code", cwd=ws, env=env, timeout_s=task.get("timeout_s", 600))
+        # in agl's sandbox: only the workspace writable, its config and sessions in a private home outside it
+        done = agl.run_cli(argv, llm=llm, agent="claude-code", cwd=ws, env=QUIET, timeout_s=task.get("timeout_s", 600))
         agl.record_tool_runs(done, "claude-code", agent="claude-code")  # its tool runs as tool spans (AIR)
-        tests = subprocess.run(task["test"], shell=True, cwd=ws, capture_output=True, timeout=120)
+        tests = agl.run_sandboxed(["sh", "-c", task["test"]], cwd=ws, timeout_s=120)  # model-written code: confined
         return 1.0 if tests.returncode == 0 else 0.0

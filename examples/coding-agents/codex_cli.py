@@ -13,7 +13,6 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import subprocess
 from pathlib import Path
 from typing import Any
 
@@ -54,15 +53,16 @@ def repair(task: dict[str, Any], llm: agl.LLM) -> float:
         # --json: its events as JSON lines, every command and file change with how it ended (read back for AIR)
         argv = [codex_command(), "exec", task["prompt"], "--json", "--skip-git-repo-check", "-m", llm.model]
         argv += ["-c", "model_provider=agl", "-c", f"model_providers.agl={_toml(provider)}"]
-        # headless: never asks, edits files and runs commands in the workspace
-        argv += ["--sandbox", "workspace-write", "-c", 'approval_policy="never"']
+        # headless: never asks. Its own sandbox off: agl's confines it (only the workspace writable, no network but the
+        # attempt's LLM), and Codex's bubblewrap cannot nest in it (agl's sandbox allows no further user namespaces);
+        # Codex documents this switch for environments sandboxed from outside
+        argv += ["--sandbox", "danger-full-access", "-c", 'approval_policy="never"']
         for setting in QUIET:
             argv += ["-c", setting]
-        (ws / ".codex").mkdir()  # its config, sessions and logs in the workspace, not the user's ~/.codex
-        env = {"CODEX_HOME": str(ws / ".codex")}
-        done = agl.run_cli(argv, llm=llm, agent="codex", cwd=ws, env=env, timeout_s=task.get("timeout_s", 600))
+        # its config, sessions and logs in the sandbox's private home, outside the workspace (its own ~/.codex)
+        done = agl.run_cli(argv, llm=llm, agent="codex", cwd=ws, timeout_s=task.get("timeout_s", 600))
         agl.record_tool_runs(done, "codex", agent="codex")  # its commands and file changes as tool spans (AIR)
-        tests = subprocess.run(task["test"], shell=True, cwd=ws, capture_output=True, timeout=120)
+        tests = agl.run_sandboxed(["sh", "-c", task["test"]], cwd=ws, timeout_s=120)  # model-written code: confined
         return 1.0 if tests.returncode == 0 else 0.0
 
 

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import os
 import shutil
-import subprocess
 from pathlib import Path
 from typing import Any
 
@@ -40,12 +39,15 @@ def mini_command() -> str:
 @agl.rollout
 def repair(task: dict[str, Any], llm: agl.LLM) -> float:
     with agl.workspace(task["files"]) as ws:
-        trajectory = task.get("trajectory") or str(ws / ".mini" / "trajectory.json")
+        home = agl.agent_home(ws)  # the sandbox's private home, outside the workspace: its config and trajectory
+        trajectory = str(home / "trajectory.json")
         # headless: no confirmations (--yolo), no question at the end (--exit-immediately), no cost limit (-l 0)
         argv = [mini_command(), "-t", task["prompt"], "--yolo", "--exit-immediately", "-l", "0", "-o", trajectory]
         argv += ["-m", f"openai/{llm.model}"]  # LiteLLM's OpenAI client, at OPENAI_API_BASE: the attempt's URL
-        env = {**QUIET, "MSWEA_GLOBAL_CONFIG_DIR": str(ws / ".mini")}  # not the user's ~/.config/mini-swe-agent
+        env = {**QUIET, "MSWEA_GLOBAL_CONFIG_DIR": str(home / ".mini")}  # not the user's ~/.config/mini-swe-agent
         agl.run_cli(argv, llm=llm, agent="mini-swe-agent", cwd=ws, env=env, timeout_s=task.get("timeout_s", 600))
         agl.record_tool_runs(trajectory, "mini-swe-agent", agent="mini-swe-agent")  # its commands as tool spans (AIR)
-        tests = subprocess.run(task["test"], shell=True, cwd=ws, capture_output=True, timeout=120)
+        if task.get("trajectory"):  # kept where the task asks, once the agent is gone
+            shutil.copyfile(trajectory, task["trajectory"], follow_symlinks=False)
+        tests = agl.run_sandboxed(["sh", "-c", task["test"]], cwd=ws, timeout_s=120)  # model-written code: confined
         return 1.0 if tests.returncode == 0 else 0.0

@@ -17,7 +17,6 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import subprocess
 from pathlib import Path
 from typing import Any
 
@@ -44,7 +43,7 @@ def opencode_command() -> str:
 @agl.rollout
 def repair(task: dict[str, Any], llm: agl.LLM) -> float:
     with agl.workspace(task["files"]) as ws:
-        home = ws / ".opencode-home"  # its config, sessions, caches and logs in the workspace, not the user's
+        home = agl.agent_home(ws)  # its config, sessions, caches and logs in a private home outside the workspace
         provider = {"npm": "@ai-sdk/openai-compatible", "name": "agl", "models": {llm.model: {"tool_call": True}}}
         provider["options"] = {"baseURL": llm.for_agent("opencode").base_url, "apiKey": "{env:OPENAI_API_KEY}"}
         config = {"provider": {"agl": provider}, "model": f"agl/{llm.model}", "autoupdate": False, "share": "disabled"}
@@ -60,7 +59,7 @@ def repair(task: dict[str, Any], llm: agl.LLM) -> float:
         timeout_s = task.get("timeout_s", 600)
         done = agl.run_cli(argv, llm=llm, agent="opencode", cwd=ws, env=env, stdin=task["prompt"], timeout_s=timeout_s)
         agl.record_tool_runs(done, "opencode", agent="opencode")  # its tool runs as tool spans (AIR)
-        tests = subprocess.run(task["test"], shell=True, cwd=ws, capture_output=True, timeout=120)
+        tests = agl.run_sandboxed(["sh", "-c", task["test"]], cwd=ws, timeout_s=120)  # model-written code: confined
         return 1.0 if tests.returncode == 0 else 0.0
 
 

@@ -25,6 +25,7 @@ run answers its k-th `exec_command`, `apply_patch` or `shell` call). `agl.learn.
 from __future__ import annotations
 
 import json
+import logging
 import os
 import time
 from collections.abc import Iterator
@@ -33,10 +34,12 @@ from pathlib import Path
 from typing import Any, Literal
 
 from agl.capture.cli_agent import CliResult
+from agl.capture.sandbox.files import read_agent_file
 from agl.capture.tracing.spans import record_span
 from agl.common import attributes as attr
 from agl.protocol import SUB_AGENT_LABEL
 
+log = logging.getLogger("agl.worker")
 Format = Literal["claude-code", "codex", "opencode", "mini-swe-agent"]
 FORMATS: tuple[str, ...] = ("claude-code", "codex", "opencode", "mini-swe-agent")
 TAIL_CHARS = 2000
@@ -101,10 +104,15 @@ def read_tool_runs(source: CliResult | str | os.PathLike[str], format: str) -> l
     """The runs in a harness's report, in the order it ran them (see the module's docstring for `format`)."""
     if format not in READERS:
         raise ValueError(f"agl.record_tool_runs: unknown format {format!r}; known: {', '.join(FORMATS)}")
-    path = source.transcript if isinstance(source, CliResult) else Path(source)
     try:
-        text = path.read_text(errors="replace")
+        if isinstance(source, CliResult):  # agl's own file, outside the agent's reach
+            text = source.transcript.read_text(errors="replace")
+        else:  # a report the agent wrote (a trajectory in its home): no link followed out of its folders
+            text = read_agent_file(Path(source)).decode(errors="replace")
     except OSError:
+        return []
+    except ValueError as exc:
+        log.warning("agl.record_tool_runs: %s", exc)
         return []
     return READERS[format](text)
 

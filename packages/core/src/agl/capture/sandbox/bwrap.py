@@ -39,8 +39,9 @@ class Plan:
     writable: list[str]
     tmp_mb: int
     home: str
-    passwd: str  # host paths of the sandbox's /etc/passwd and /etc/group
+    passwd: str  # host paths of the sandbox's /etc/passwd, /etc/group and /etc/hosts
     group: str
+    hosts: str
     socket_dir: str | None  # the host folder of the relays' Unix sockets, shown at /run/agl/sock
     supervisor_config: dict[str, object] = field(default_factory=dict)
 
@@ -58,6 +59,7 @@ class Plan:
         for entry in mounts.etc_entries():
             args += ["--ro-bind", entry, entry]
         args += ["--ro-bind", self.passwd, "/etc/passwd", "--ro-bind", self.group, "/etc/group"]
+        args += ["--ro-bind", self.hosts, "/etc/hosts"]
         args += ["--proc", "/proc", "--dev", "/dev", "--size", str(self.tmp_mb * 2**20), "--tmpfs", "/tmp"]
         args += ["--tmpfs", "/run", "--ro-bind", str(SUPERVISOR), f"{INSIDE_RUN}/supervisor.py"]
         if self.socket_dir is not None:

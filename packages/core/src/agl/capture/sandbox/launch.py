@@ -11,6 +11,7 @@ breached, how many processes it left behind, which hosts it tried.
 from __future__ import annotations
 
 import contextlib
+import ipaddress
 import json
 import logging
 import os
@@ -64,8 +65,14 @@ class LlmRoute:
         return url.port or (443 if url.scheme == "https" else 80)
 
     def inside_url(self) -> str:
-        """The attempt's base URL as the command sees it (its loopback, carried to the relay)."""
-        return f"http://127.0.0.1:{self.inside_port}{self.attempt_path}/v1"
+        """The attempt's base URL as the command sees it: the same as outside when agl's server is on loopback or
+        named by a host name (the sandbox's /etc/hosts puts that name on its loopback, where the relay listens);
+        `127.0.0.1` with the server's port when it is named by another machine's address."""
+        host = urlsplit(self.server_url).hostname or "127.0.0.1"
+        if host != "localhost" and (_is_address(host) and host != "127.0.0.1"):
+            host = "127.0.0.1"
+        shown = f"[{host}]" if ":" in host else host
+        return f"http://{shown}:{self.inside_port}{self.attempt_path}/v1"
 
 
 @dataclass
@@ -177,6 +184,8 @@ class Launch:
         state = Path(self._state)
         (state / "passwd").write_text(mounts.passwd_file(self.home))
         (state / "group").write_text(mounts.group_file())
+        server_name = urlsplit(self.llm.server_url).hostname if self.llm is not None else None
+        (state / "hosts").write_text(mounts.hosts_file([server_name or ""]))
         plan = bwrap.Plan(
             argv=self.argv,
             cwd=self.cwd,
@@ -186,6 +195,7 @@ class Launch:
             home=self.home,
             passwd=str(state / "passwd"),
             group=str(state / "group"),
+            hosts=str(state / "hosts"),
             socket_dir=str(state / "sock"),
             supervisor_config={
                 "status_fd": status_w,
@@ -276,6 +286,14 @@ class Launch:
                     self.left_behind = int(event.get("processes") or 0)
                 elif kind == "start_failed":
                     self.start_error = str(event.get("message"))
+
+
+def _is_address(host: str) -> bool:
+    try:
+        ipaddress.ip_address(host)
+    except ValueError:
+        return False
+    return True
 
 
 def _child_of(pid: int) -> int | None:

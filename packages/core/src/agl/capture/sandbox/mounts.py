@@ -22,7 +22,7 @@ from pathlib import Path
 SYSTEM = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32")
 ETC = (
     "alternatives", "bash.bashrc", "ca-certificates", "ca-certificates.conf", "crypto-policies", "debian_version",
-    "environment", "gai.conf", "gitconfig", "host.conf", "hosts", "inputrc", "ld.so.cache", "ld.so.conf",
+    "environment", "gai.conf", "gitconfig", "host.conf", "inputrc", "ld.so.cache", "ld.so.conf",
     "ld.so.conf.d", "locale.alias", "locale.conf", "localtime", "lsb-release", "magic", "magic.mime", "mime.types",
     "nsswitch.conf", "os-release", "pki", "profile", "protocols", "python3", "services", "shells", "ssl", "terminfo",
     "timezone", "vim", "xattr.conf",
@@ -40,6 +40,12 @@ def etc_entries() -> list[str]:
 
 def passwd_file(home: str) -> str:
     return f"{SANDBOX_USER}:x:{SANDBOX_UID}:{SANDBOX_UID}:agl sandbox:{home}:/bin/sh\nnobody:x:65534:65534::/:/bin/false\n"
+
+
+def hosts_file(names: Sequence[str]) -> str:
+    """The sandbox's /etc/hosts: loopback, and agl's server by its name (its relay listens on loopback inside)."""
+    extra = " ".join(n for n in dict.fromkeys(names) if n and n not in ("localhost", "127.0.0.1"))
+    return f"127.0.0.1 localhost agl-sandbox {extra}".rstrip() + "\n::1 localhost ip6-localhost\n"
 
 
 def group_file() -> str:
