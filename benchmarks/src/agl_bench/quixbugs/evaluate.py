@@ -19,6 +19,7 @@ program that does not parse, or whose tests cannot import it (the function renam
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
@@ -35,6 +36,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+import agl
 from agl_bench.quixbugs.data import PROGRAMS, task_input
 
 CASE_TIMEOUT_S = 6.0  # the slowest corrected case (levenshtein) takes ~2.2 s alone on one core: 2.5x headroom
@@ -134,6 +136,7 @@ def evaluate(
     case_timeout_s: float = CASE_TIMEOUT_S,
     budget_s: float = BUDGET_S,
     memory_mb: int = MEMORY_MB,
+    sandbox: agl.Sandbox | str | None = None,
 ) -> Evaluation:
     """Run the tests of `task` (a `data.load` task input) against `source`, in a fresh folder that is removed."""
     name = str(task["program"])
@@ -144,7 +147,9 @@ def evaluate(
     with tempfile.TemporaryDirectory(prefix=f"agl-quixbugs-{name}-") as folder:
         workdir = Path(folder)
         prepare(Path(task["data_dir"]), task["files"], name, source, workdir)
-        run_tests(workdir, result, case_timeout_s=case_timeout_s, budget_s=budget_s, memory_mb=memory_mb)
+        run_tests(
+            workdir, result, case_timeout_s=case_timeout_s, budget_s=budget_s, memory_mb=memory_mb, sandbox=sandbox
+        )
     return result
 
 
@@ -156,7 +161,15 @@ def _kill(process: subprocess.Popen[bytes]) -> None:
     process.wait()
 
 
-def run_tests(workdir: Path, result: Evaluation, *, case_timeout_s: float, budget_s: float, memory_mb: int) -> None:
+def run_tests(
+    workdir: Path,
+    result: Evaluation,
+    *,
+    case_timeout_s: float,
+    budget_s: float,
+    memory_mb: int,
+    sandbox: agl.Sandbox | str | None = None,
+) -> None:
     """Fill `result.cases` by running `runner.py` in `workdir`, restarting it after a case that never reported."""
     started = time.monotonic()
     budget_end = started + budget_s
@@ -166,7 +179,7 @@ def run_tests(workdir: Path, result: Evaluation, *, case_timeout_s: float, budge
         while ids is None or start < len(ids):
             if time.monotonic() >= budget_end:
                 break
-            outcome, message = _run_from(workdir, result, start, case_timeout_s, budget_end, memory_mb)
+            outcome, message = _run_from(workdir, result, start, case_timeout_s, budget_end, memory_mb, sandbox)
             ids = result.case_ids
             if outcome == "done" or (ids is None and outcome == "import_error"):
                 break
@@ -189,18 +202,31 @@ def run_tests(workdir: Path, result: Evaluation, *, case_timeout_s: float, budge
 
 
 def _run_from(
-    workdir: Path, result: Evaluation, start: int, case_timeout_s: float, budget_end: float, memory_mb: int
+    workdir: Path,
+    result: Evaluation,
+    start: int,
+    case_timeout_s: float,
+    budget_end: float,
+    memory_mb: int,
+    sandbox: agl.Sandbox | str | None,
 ) -> tuple[str, str]:
     """Run the cases from `start` on in one child; append each reported case to `result.cases`. Returns how the
     child ended: ("done", ""), ("import_error", why), ("timeout", why) when it was killed, ("error", why)."""
-    stderr_path = workdir / f".runner-stderr-{start}.txt"
     command = [sys.executable, "-I", "-B", str(RUNNER), result.program, str(start), f"{case_timeout_s:g}"]
     command.append(str(memory_mb))
-    with stderr_path.open("wb") as stderr:
-        process = subprocess.Popen(
-            command, cwd=workdir, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=stderr,
-            start_new_session=True,
-        )  # fmt: skip
+    # the model's program runs in agl's sandbox: only this folder writable, no network, its whole tree killed with
+    # it; its error output in a file outside that folder (a link planted there is never read)
+    with contextlib.ExitStack() as stack:
+        stderr = stack.enter_context(tempfile.TemporaryFile())
+        process = stack.enter_context(agl.sandboxed(
+            command, cwd=workdir, sandbox=sandbox, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=stderr
+        ))  # fmt: skip
+        return _read_reports(process, result, stderr, case_timeout_s, budget_end)
+
+
+def _read_reports(
+    process: subprocess.Popen[bytes], result: Evaluation, stderr: Any, case_timeout_s: float, budget_end: float
+) -> tuple[str, str]:
     assert process.stdout is not None
     fd = process.stdout.fileno()
     buffer = b""
@@ -229,7 +255,8 @@ def _run_from(
             chunk = os.read(fd, _READ)
             if not chunk:  # the child ended without saying it was done: it crashed
                 process.wait()
-                tail = stderr_path.read_text(encoding="utf-8", errors="replace").strip()[-300:]
+                stderr.seek(0)
+                tail = stderr.read().decode("utf-8", errors="replace").strip()[-300:]
                 ended = ("error", f"the test process died (exit {process.returncode}){': ' + tail if tail else ''}")
             buffer += chunk
     finally:

@@ -62,7 +62,7 @@ def repair_with_harness(task: dict[str, Any], llm: agl.LLM) -> tuple[str, agl.Cl
         prompt = prompt.replace(field, value)
     with agl.workspace() as ws:
         (ws / file).write_text(str(task["source"]))
-        mini = ws / ".mini"
+        mini = agl.agent_home(ws) / ".mini"  # its config and trajectory outside the workspace
         argv = [mini_command(), "-t", prompt, "--yolo", "--exit-immediately", "-l", "0", "-o", str(mini / "run.json")]
         argv += [
             "-m",
@@ -78,4 +78,8 @@ def repair_with_harness(task: dict[str, Any], llm: agl.LLM) -> tuple[str, agl.Cl
         done = agl.run_cli(argv, llm=llm, agent=HARNESS_AGENTS[harness], cwd=ws, env=env, timeout_s=timeout_s)
         # its commands as tool spans, each placed after the call that asked for it (AIR's tool rule reads them)
         agl.record_tool_runs(mini / "run.json", "mini-swe-agent", agent=HARNESS_AGENTS[harness])
-        return (ws / file).read_text(errors="replace"), done
+        try:  # the file as the agent left it: a link it made in its place is not followed out
+            source = agl.read_agent_file(ws / file).decode(errors="replace")
+        except (OSError, ValueError) as exc:
+            source = f"# the agent left no readable {file}: {exc}\n"
+        return source, done

@@ -59,6 +59,7 @@ _EXPORTS = {
     "run_sandboxed": "agl.capture.sandbox.run",
     "sandboxed": "agl.capture.sandbox.run",
     "SandboxedRun": "agl.capture.sandbox.run",
+    "read_agent_file": "agl.capture.sandbox.files",
     "record_tool_runs": "agl.capture.tool_runs",
 }
 
@@ -73,6 +74,7 @@ if TYPE_CHECKING:  # the same names, for type checkers (the `as` form marks them
     from agl.capture.decorator import rollout as rollout
     from agl.capture.llm import LLM as LLM
     from agl.capture.runner import Runner as Runner
+    from agl.capture.sandbox.files import read_agent_file as read_agent_file
     from agl.capture.sandbox.launch import SandboxUnavailable as SandboxUnavailable
     from agl.capture.sandbox.policy import Limits as Limits
     from agl.capture.sandbox.policy import Sandbox as Sandbox
