@@ -35,6 +35,7 @@ from agl.capture.sandbox.policy import Sandbox
 
 log = logging.getLogger("agl.sandbox")
 EGRESS_PORT = 3128
+CGROUP_POLL_S = 0.1
 # what the command's environment keeps of the worker's (the rest, API keys of the worker's own included, stays out)
 KEPT_VARIABLES = ("PATH", "LANG", "LANGUAGE", "TERM", "TZ", "COLORTERM", "NO_COLOR", "FORCE_COLOR")
 PLACEHOLDER_KEY = "agl-sandbox"  # what the command holds as its API key: the relay puts the real credential in
@@ -125,6 +126,7 @@ class Launch:
         self._relay: LlmRelay | None = None
         self._egress: EgressRecorder | None = None
         self._stopping = False
+        self._lock = threading.Lock()
 
     def __enter__(self) -> Launch:
         try:
@@ -206,6 +208,7 @@ class Launch:
                     "cpu_s": limits.cpu_s,
                     "open_files": limits.open_files,
                     "disk_mb": limits.disk_mb,
+                    "kernel_enforced": self._cgroup is not None,
                 },
                 "watch": list(dict.fromkeys([self.home, *writable])),
             },
@@ -224,7 +227,26 @@ class Launch:
             os.close(status_w)
         self._status_reader = threading.Thread(target=self._read_status, args=(status_r,), daemon=True)
         self._status_reader.start()
+        if cgroup is not None:
+            threading.Thread(target=self._watch_cgroup, args=(cgroup, self.process), daemon=True).start()
         return self.process
+
+    def _watch_cgroup(self, cgroup: Cgroup, process: subprocess.Popen[bytes]) -> None:
+        """The cgroup refuses forks past its limit and kills past its memory; a command that hit either is ended
+        (a fork bomb would otherwise spin at its limit until its time ran out)."""
+        while process.poll() is None:
+            hit = cgroup.breaches()
+            if hit:
+                for limit in hit:
+                    self._add_breach(Breach(limit, getattr(self.sandbox.limits, limit)))
+                self.stop(grace_s=0.0)
+                return
+            time.sleep(CGROUP_POLL_S)
+
+    def _add_breach(self, breach: Breach) -> None:
+        with self._lock:
+            if all(b.limit != breach.limit for b in self.breaches):
+                self.breaches.append(breach)
 
     def stop(self, grace_s: float = 2.0) -> None:
         """End the sandbox: every process inside gets SIGTERM, and after `grace_s` the whole sandbox is killed."""
@@ -250,9 +272,7 @@ class Launch:
                 self._status_reader.join(5)
             if self._cgroup is not None:
                 for limit in self._cgroup.breaches():
-                    if all(b.limit != limit for b in self.breaches):
-                        allowed = getattr(self.sandbox.limits, limit)
-                        self.breaches.append(Breach(limit, allowed))
+                    self._add_breach(Breach(limit, getattr(self.sandbox.limits, limit)))
                 self._cgroup.remove()
             if self._egress is not None:
                 self.egress = self._egress.seen()
@@ -281,7 +301,7 @@ class Launch:
                     continue
                 kind = event.get("event")
                 if kind == "breach":
-                    self.breaches.append(Breach(str(event["limit"]), event.get("allowed"), event.get("seen")))
+                    self._add_breach(Breach(str(event["limit"]), event.get("allowed"), event.get("seen")))
                 elif kind == "left_behind":
                     self.left_behind = int(event.get("processes") or 0)
                 elif kind == "start_failed":

@@ -99,14 +99,15 @@ def _supervise(
                 code = _reap(command.pid, report)
             return code if code is not None else -signal.SIGKILL
         pids = _pids()
-        if limits.get("processes") and len(pids) > int(limits["processes"]):
+        watched = not limits.get("kernel_enforced")  # else a cgroup counts both, exactly (cgroups.py)
+        if watched and limits.get("processes") and len(pids) > int(limits["processes"]):
             # the kernel's own limit (a cgroup, or RLIMIT_NPROC) refuses forks past it; this catches where neither can
             report(event="breach", limit="processes", allowed=int(limits["processes"]), seen=len(pids))
             return _breach_exit(command.pid)
-        if limits.get("memory_mb"):
-            rss = sum(_rss(p) for p in pids)
-            if rss > int(limits["memory_mb"]) * 2**20:
-                report(event="breach", limit="memory_mb", allowed=int(limits["memory_mb"]), seen=rss // 2**20)
+        if watched and limits.get("memory_mb"):
+            used = sum(_memory(p) for p in pids)
+            if used > int(limits["memory_mb"]) * 2**20:
+                report(event="breach", limit="memory_mb", allowed=int(limits["memory_mb"]), seen=used // 2**20)
                 return _breach_exit(command.pid)
         now = time.monotonic()
         if now >= next_slow:
@@ -158,7 +159,16 @@ def _pids() -> list[int]:
     return [int(n) for n in os.listdir("/proc") if n.isdigit() and int(n) != me]
 
 
-def _rss(pid: int) -> int:
+def _memory(pid: int) -> int:
+    """Its proportional set size: resident pages, each shared page divided among its sharers (forked children share
+    their parent's pages until they write them: resident sizes summed would count those many times)."""
+    try:
+        with open(f"/proc/{pid}/smaps_rollup", "rb") as f:
+            for line in f:
+                if line.startswith(b"Pss:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, IndexError, ValueError):
+        pass
     try:
         with open(f"/proc/{pid}/statm", "rb") as f:
             return int(f.read().split()[1]) * _PAGE
