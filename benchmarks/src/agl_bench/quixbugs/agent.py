@@ -81,6 +81,7 @@ def score(task: dict[str, Any], answer: str, code: str, **info: Any) -> float:
         code,
         case_timeout_s=float(task.get("case_timeout_s") or CASE_TIMEOUT_S),
         budget_s=float(task.get("budget_s") or BUDGET_S),
+        sandbox=task.get("sandbox"),  # the program the model wrote runs in agl's sandbox unless the task says "none"
     )
     share = result.reward
     summary = result.summary()

@@ -8,7 +8,8 @@ that process). mini-swe-agent comes from `.venv-harness` (`make harnesses`), or 
 
 Task options (beside the task's own keys): `harness` ("mini-swe-agent"), `harness_steps` (its step limit, default
 8), `max_tokens` (per call, default 768), `harness_timeout_s` (default 600), `harness_prompt` (a template with
-{program}, {file}, {description}: replaces the instructions; tests put scripted-model directives here).
+{program}, {file}, {description}: replaces the instructions; tests put scripted-model directives here), `sandbox`
+("bwrap", the default: mini-swe-agent and the tests in agl's sandbox; "none": both bare, the opt-out).
 """
 
 from __future__ import annotations
@@ -75,7 +76,9 @@ def repair_with_harness(task: dict[str, Any], llm: agl.LLM) -> tuple[str, agl.Cl
         argv += ["-c", f"model.model_kwargs.max_tokens={int(task.get('max_tokens') or 768)}"]
         env = {**QUIET, "MSWEA_GLOBAL_CONFIG_DIR": str(mini)}
         timeout_s = float(task.get("harness_timeout_s") or 600)
-        done = agl.run_cli(argv, llm=llm, agent=HARNESS_AGENTS[harness], cwd=ws, env=env, timeout_s=timeout_s)
+        agent = HARNESS_AGENTS[harness]
+        sandbox = task.get("sandbox")  # None: agl's default sandbox
+        done = agl.run_cli(argv, llm=llm, agent=agent, cwd=ws, env=env, timeout_s=timeout_s, sandbox=sandbox)
         # its commands as tool spans, each placed after the call that asked for it (AIR's tool rule reads them)
         agl.record_tool_runs(mini / "run.json", "mini-swe-agent", agent=HARNESS_AGENTS[harness])
         try:  # the file as the agent left it: a link it made in its place is not followed out

@@ -271,9 +271,7 @@ def _run_sandboxed(
         stdin_file = _stdin_file(stack, stdin)
         process = launch.popen(stdin=stdin_file or subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT)
         try:
-            process.wait(timeout_s)
-        except subprocess.TimeoutExpired:
-            timed_out = True
+            timed_out = not launch.wait(timeout_s)
         finally:  # ended, timed out, or the rollout cancelled: nothing it started outlives the rollout
             launch.stop()
     if launch.start_error:

@@ -42,6 +42,8 @@ class RunnerStats:
     superseded: int = 0  # the server gave the rollout to another attempt (lease expired); result discarded
     missed_attribution: int = 0  # LLM calls that lost their agent name (sent by a client agl does not patch)
     bypassed_llm_calls: int = 0  # LLM calls sent to another host than agl: answered, never recorded
+    # results the server refused with 409 (counted in `superseded` too): another report of the attempt came first
+    discarded: int = 0
 
     @property
     def finished(self) -> int:
@@ -156,17 +158,16 @@ class Runner:
             await asyncio.gather(*tasks, return_exceptions=True)
 
     async def _run_attempt(self, client: AsyncClient, claim: Claim, model: str) -> None:
+        key = agent_key(claim)
         ctx = RolloutContext(
             rollout_id=claim.rollout.id,
             attempt_id=claim.attempt.id,
             server_url=self.server_url,
-            credential=claim.credential,
+            credential=None if key == NO_KEY else key,
         )
         active = _Active(claim, ctx, asyncio.current_task())
         self._active[ctx.attempt_id] = active
-        # the agent's API key: its attempt's own credential when the server has a token (it opens only this
-        # attempt's proxy URL and reports), never the operator token
-        llm = LLM(base_url=ctx.llm_base_url, model=model, api_key=claim.credential or self.token or "agl")
+        llm = LLM(base_url=ctx.llm_base_url, model=model, api_key=key)
         status, reward, error = "succeeded", None, None
         token = set_rollout(ctx)
         try:
@@ -210,8 +211,18 @@ class Runner:
                 what=f"report attempt {ctx.attempt_id}",
             )
         except Conflict as exc:
-            log.warning("result of %s discarded by the server: %s", ctx.attempt_id, exc.message)
+            # another report of this attempt came first (a lease that ran out and a rollout taken over, or a
+            # completion that disagrees with this one): the server keeps the first, this one is lost
+            log.warning(
+                "result of rollout %s attempt %s (%s, reward %s) discarded by the server: %s",
+                ctx.rollout_id,
+                ctx.attempt_id,
+                status,
+                reward,
+                exc.message,
+            )
             self.stats.superseded += 1
+            self.stats.discarded += 1
             return
         except (httpx.TransportError, AglHTTPError) as exc:
             # Unreported: the lease will expire and the server retries the rollout elsewhere.
@@ -378,6 +389,17 @@ def _warn_no_agent_named(ctx: RolloutContext) -> None:
         "is" if len(hooks) == 1 else "are",
         "".join(f"{line} " for line in seen),
     )
+
+
+NO_KEY = "agl"  # the API key of an agent whose server has no token (any key is accepted there)
+
+
+def agent_key(claim: Claim) -> str:
+    """The API key an attempt's agent (and every program it runs) gets: the attempt's LLM-only credential when the
+    server has a token (agl.server.credentials), never the operator token nor the attempt credential, which also
+    open the attempt's rewards and completion. A server older than the LLM credential sends only the attempt
+    credential: that one, as before."""
+    return claim.llm_credential or claim.credential or NO_KEY
 
 
 def _as_reward(result: Any) -> float | None:

@@ -9,7 +9,7 @@ The sandbox has a namespace of each kind of its own (user, PID, network, IPC, UT
 from __future__ import annotations
 
 import functools
-import json
+import marshal
 import os
 import shutil
 import subprocess
@@ -56,8 +56,7 @@ class Plan:
                 args += ["--symlink", os.readlink(path), path]
             elif os.path.isdir(path):
                 args += ["--ro-bind", path, path]
-        for entry in mounts.etc_entries():
-            args += ["--ro-bind", entry, entry]
+        args += ["--ro-bind", mounts.etc_folder(), "/etc"]
         args += ["--ro-bind", self.passwd, "/etc/passwd", "--ro-bind", self.group, "/etc/group"]
         args += ["--ro-bind", self.hosts, "/etc/hosts"]
         args += ["--proc", "/proc", "--dev", "/dev", "--size", str(self.tmp_mb * 2**20), "--tmpfs", "/tmp"]
@@ -70,7 +69,8 @@ class Plan:
         for path in dict.fromkeys([self.home, *self.writable]):
             args += ["--bind", path, path]
         args += ["--chdir", self.cwd, "--", python, "-I", "-S", f"{INSIDE_RUN}/supervisor.py"]
-        return [*args, json.dumps({**self.supervisor_config, "argv": self.argv, "cwd": self.cwd})]
+        config = {**self.supervisor_config, "argv": self.argv, "cwd": self.cwd}
+        return [*args, marshal.dumps(config).hex()]  # the supervisor reads it without importing json (its start)
 
 
 @functools.lru_cache(maxsize=1)

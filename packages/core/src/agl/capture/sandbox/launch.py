@@ -12,9 +12,9 @@ from __future__ import annotations
 
 import contextlib
 import ipaddress
-import json
 import logging
 import os
+import select
 import shutil
 import signal
 import subprocess
@@ -107,7 +107,9 @@ class Launch:
         why = bwrap.unavailable()
         if why is not None:
             raise SandboxUnavailable(f"agl cannot start the sandbox: {why}")
-        self.argv = list(argv)
+        # a program named by a path runs by that path, normalised: `/x/../y` needs `/x` inside, which may not be there
+        program = os.path.abspath(argv[0]) if os.sep in argv[0] else argv[0]
+        self.argv = [program, *argv[1:]]
         self.sandbox = sandbox
         self.cwd = os.path.abspath(cwd)
         self.home = os.path.abspath(home)
@@ -214,13 +216,15 @@ class Launch:
             },
         )
         cgroup = self._cgroup
+        command = plan.command()
+        if cgroup is not None:  # bwrap starts inside the cgroup, so everything under it is counted there
+            command = ["/bin/sh", "-c", cgroup.join_command() + ' && exec "$@"', "agl-sandbox", *command]
         try:
             self.process = subprocess.Popen(
-                plan.command(),
+                command,
                 env=env,
                 pass_fds=(status_w,),
                 start_new_session=True,  # bwrap and everything under it: one group to kill
-                preexec_fn=cgroup.join if cgroup is not None else None,
                 **kwargs,
             )
         finally:
@@ -281,6 +285,29 @@ class Launch:
         finally:
             self._stack.close()
 
+    def wait(self, timeout_s: float | None) -> bool:
+        """Wait for the sandbox to end, at most `timeout_s`; whether it ended. On Linux through a pidfd, woken the
+        moment it ends (`Popen.wait` with a time-out polls, sleeping up to 50 ms between looks)."""
+        process = self.process
+        if process is None:
+            return True
+        try:
+            fd = os.pidfd_open(process.pid)
+        except (AttributeError, OSError):
+            try:
+                process.wait(timeout_s)
+            except subprocess.TimeoutExpired:
+                return False
+            return True
+        try:
+            ready, _, _ = select.select([fd], [], [], timeout_s)
+        finally:
+            os.close(fd)
+        if ready:
+            process.wait()
+            return True
+        return process.poll() is not None
+
     def exit_code(self) -> int | None:
         """The command's exit code; None when a signal, a limit or `stop` ended it."""
         process = self.process
@@ -293,19 +320,25 @@ class Launch:
         return EGRESS_PORT if self.llm is None or self.llm.inside_port != EGRESS_PORT else EGRESS_PORT + 1
 
     def _read_status(self, fd: int) -> None:
+        """The supervisor's reports: `event key=value ...`, a `message=` running to the line's end."""
         with os.fdopen(fd, "r", encoding="utf-8", errors="replace") as lines:
             for line in lines:
-                try:
-                    event = json.loads(line)
-                except json.JSONDecodeError:
-                    continue
-                kind = event.get("event")
+                head, _, message = line.rstrip("\n").partition(" message=")
+                kind, *pairs = head.split(" ")
+                event = dict(p.partition("=")[::2] for p in pairs)
                 if kind == "breach":
-                    self._add_breach(Breach(str(event["limit"]), event.get("allowed"), event.get("seen")))
+                    self._add_breach(Breach(event["limit"], _number(event.get("allowed")), _number(event.get("seen"))))
                 elif kind == "left_behind":
                     self.left_behind = int(event.get("processes") or 0)
                 elif kind == "start_failed":
-                    self.start_error = str(event.get("message"))
+                    self.start_error = message
+
+
+def _number(text: str | None) -> float | None:
+    try:
+        return float(text) if text not in (None, "None") else None
+    except ValueError:
+        return None
 
 
 def _is_address(host: str) -> bool:

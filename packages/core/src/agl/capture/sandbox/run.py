@@ -57,12 +57,11 @@ def run_sandboxed(
             files[0].write(input)
             files[0].seek(0)
         process = handle.start(stdin=files[0] if input is not None else subprocess.DEVNULL, stdout=files[1], stderr=files[2])
-        try:
-            process.wait(timeout_s)
-        except subprocess.TimeoutExpired:
-            timed_out = True
+        timed_out = not handle.wait(timeout_s)
         handle.stop()
         stdout, stderr = (_read_capped(f) for f in files[1:])
+    if handle.launch is not None and handle.launch.start_error:
+        stderr += f"agl: the command did not start: {handle.launch.start_error}\n".encode()
     breaches = handle.breaches()
     if timed_out:
         breaches.append(f"the command's time limit ({timeout_s:g} s) was reached")
@@ -131,6 +130,16 @@ class _Handle:
             environment.pop("AGL_TOKEN", None)
             self.process = subprocess.Popen(self.argv, cwd=self.cwd, env=environment, start_new_session=True, **popen)
         return self.process
+
+    def wait(self, timeout_s: float) -> bool:
+        if self.launch is not None:
+            return self.launch.wait(timeout_s)
+        assert self.process is not None
+        try:
+            self.process.wait(timeout_s)
+        except subprocess.TimeoutExpired:
+            return False
+        return True
 
     def stop(self) -> None:
         if self.launch is not None:

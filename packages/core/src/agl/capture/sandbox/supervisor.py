@@ -13,114 +13,142 @@ included. Its duties, in order:
    and kill everything; reap orphans; report how each process that a limit killed ended (SIGXCPU, SIGXFSZ);
 4. when the command ends: report its exit, kill what it left behind (reporting how many), exit with its status.
 
-Reports are JSON lines on a descriptor the host passed in (`status_fd`), never in a file the command could write.
+Reports are lines on a descriptor the host passed in (`status_fd`), never in a file the command could write.
 It is not dumpable, so the command (same user, no capabilities) cannot ptrace it or read its descriptors, and as
 PID 1 it receives no signal from inside the namespace that it has no handler for.
 """
 
 from __future__ import annotations
 
-import ctypes
-import json
+import _signal as signal  # `signal` without its enum of names (enum's import alone costs ~3 ms)
+import _thread
+import marshal
 import os
 import resource
-import signal
-import socket
-import subprocess
 import sys
-import threading
 import time
-from typing import Any
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:  # annotations are never evaluated here: typing is not imported when it runs
+    from typing import Any
 
 POLL_S = 0.05  # processes and memory: a fork or memory bomb is stopped within about this long
 SLOW_POLL_S = 0.5  # disk usage and open files: walking the folders costs more
 _PAGE = os.sysconf("SC_PAGE_SIZE")
-_status_lock = threading.Lock()
+_status_lock = _thread.allocate_lock()
 _limits: dict[str, Any] = {}
+# Started for every command, so it starts fast (a rollout may run many): no json, re, subprocess, threading, typing
+# or signal's enum (~20 ms of imports on 2 cores), only built-in modules; its configuration comes as marshal (the same interpreter wrote it), its reports as plain lines
+# `event key=value ...` (values without spaces, but the last, `message=`, which runs to the line's end).
 
 
 def main() -> int:
-    config = json.loads(sys.argv[1])
+    config = marshal.loads(bytes.fromhex(sys.argv[1]))
     _limits.update(config["limits"])
-    status = os.fdopen(int(config["status_fd"]), "w", buffering=1)
-    os.set_inheritable(status.fileno(), False)
+    status_fd = int(config["status_fd"])
+    os.set_inheritable(status_fd, False)
 
-    def report(**event: Any) -> None:
+    def report(event: str, **fields: Any) -> None:
+        message = fields.pop("message", None)
+        line = " ".join([event, *(f"{k}={v}" for k, v in fields.items())])
+        if message is not None:
+            line += " message=" + str(message).replace("\n", " ")
         with _status_lock:
             try:
-                status.write(json.dumps(event) + "\n")
+                os.write(status_fd, (line + "\n").encode())
             except OSError:
                 pass
 
-    _not_dumpable()
     # bound before the command starts, so its first connection is queued; accepted by threads started after the fork
     listeners = [(_listen(int(port)), path) for port, path in config["relays"]]
-    terminating = threading.Event()
-    signal.signal(signal.SIGTERM, lambda *_: terminating.set())  # the host's request to stop (its time limit)
+    terminating: list[bool] = []
+    signal.signal(signal.SIGTERM, lambda *_: terminating.append(True))  # the host's request to stop (its time limit)
+    # a child's end wakes the wait below at once (sigtimedwait), rather than at the next poll
+    signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGCHLD})
     limits = config["limits"]
-    try:
-        command = subprocess.Popen(
-            config["argv"],
-            cwd=config["cwd"],
-            preexec_fn=lambda: _apply_rlimits(limits),
-            close_fds=True,
-        )
-    except OSError as exc:
-        report(event="start_failed", message=f"{config['argv'][0]}: {exc.strerror or exc}")
+    pid = _start(config["argv"], config["cwd"], limits, status_fd)
+    if pid is None:
         return 127
-    report(event="started", pid=command.pid)
+    report("started", pid=pid)
+    _not_dumpable()  # after the start: it costs a few ms of import the command need not wait for
     for server, path in listeners:
-        threading.Thread(target=_accept, args=(server, path), daemon=True).start()
-    code = _supervise(command, limits, config["watch"], report, terminating)
+        _thread.start_new_thread(_accept, (server, path))
+    code = _supervise(pid, limits, config["watch"], report, terminating)
     left = _kill_all()
     _disk_breached(limits, config["watch"], report)  # a file cut at the size limit by a process that went on
     if left:
-        report(event="left_behind", processes=left)
-    report(event="exit", code=code)
+        report("left_behind", processes=left)
+    report("exit", code=code)
     return code if code >= 0 else 128 - code
 
 
-def _supervise(
-    command: subprocess.Popen[bytes], limits: dict[str, Any], watch: list[str], report: Any, terminating: Any
-) -> int:
+def _start(argv: list[str], cwd: str, limits: dict[str, Any], status_fd: int) -> int | None:
+    """fork + exec the command in a session of its own with the per-process limits; None if it could not start (the
+    reason reported on the status line by the child)."""
+    ready_r, ready_w = os.pipe()  # closed by the exec (close-on-exec): its end says the command started
+    pid = os.fork()
+    if pid == 0:
+        try:
+            os.close(ready_r)
+            signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGCHLD})
+            signal.signal(signal.SIGTERM, signal.SIG_DFL)
+            _apply_rlimits(limits)
+            os.chdir(cwd)
+            os.execvp(argv[0], argv)
+        except OSError as exc:
+            line = f"start_failed message={argv[0]}: {exc.strerror or exc}\n"
+            os.write(status_fd, line.encode())
+            os.write(ready_w, b"x")
+        finally:
+            os._exit(127)
+    os.close(ready_w)
+    failed = os.read(ready_r, 1)
+    os.close(ready_r)
+    if failed:
+        os.waitpid(pid, 0)
+        return None
+    return pid
+
+
+def _supervise(leader: int, limits: dict[str, Any], watch: list[str], report: Any, terminating: Any) -> int:
     """Wait for the command while watching the sandbox; its exit code (negative: the signal that ended it)."""
     next_slow = 0.0
     code: int | None = None
     while code is None:
-        code = _reap(command.pid, report)
+        code = _reap(leader, report)
         if code is not None:
             break
-        if terminating.is_set():
-            report(event="terminated")
+        if terminating:
+            report("terminated")
             _signal_all(signal.SIGTERM)
             deadline = time.monotonic() + float(limits.get("grace_s", 2.0))
             while code is None and time.monotonic() < deadline:
-                time.sleep(POLL_S)
-                code = _reap(command.pid, report)
+                signal.sigtimedwait({signal.SIGCHLD}, POLL_S)
+                code = _reap(leader, report)
             return code if code is not None else -signal.SIGKILL
         pids = _pids()
         watched = not limits.get("kernel_enforced")  # else a cgroup counts both, exactly (cgroups.py)
         if watched and limits.get("processes") and len(pids) > int(limits["processes"]):
             # the kernel's own limit (a cgroup, or RLIMIT_NPROC) refuses forks past it; this catches where neither can
-            report(event="breach", limit="processes", allowed=int(limits["processes"]), seen=len(pids))
-            return _breach_exit(command.pid)
+            report("breach", limit="processes", allowed=int(limits["processes"]), seen=len(pids))
+            return _breach_exit(leader)
         if watched and limits.get("memory_mb"):
             used = sum(_memory(p) for p in pids)
             if used > int(limits["memory_mb"]) * 2**20:
-                report(event="breach", limit="memory_mb", allowed=int(limits["memory_mb"]), seen=used // 2**20)
-                return _breach_exit(command.pid)
+                report("breach", limit="memory_mb", allowed=int(limits["memory_mb"]), seen=used // 2**20)
+                return _breach_exit(leader)
         now = time.monotonic()
         if now >= next_slow:
             next_slow = now + SLOW_POLL_S
             if _disk_breached(limits, watch, report):
-                return _breach_exit(command.pid)
+                return _breach_exit(leader)
             if limits.get("open_files"):
                 most = max((_open_files(p) for p in pids), default=0)
                 if most >= int(limits["open_files"]):
                     # the kernel refused the next open already (EMFILE); said once, the command goes on
-                    report(event="breach", limit="open_files", allowed=int(limits["open_files"]), seen=most)
+                    report("breach", limit="open_files", allowed=int(limits["open_files"]), seen=most)
                     limits = {**limits, "open_files": None}
-        time.sleep(POLL_S)
+        signal.sigtimedwait({signal.SIGCHLD}, POLL_S)
     return code
 
 
@@ -136,9 +164,9 @@ def _reap(leader: int, report: Any) -> int | None:
             return code
         if os.WIFSIGNALED(status):
             sig = os.WTERMSIG(status)
-            limit = {signal.SIGXCPU: "cpu_s", signal.SIGXFSZ: "disk_mb"}.get(signal.Signals(sig))
+            limit = {signal.SIGXCPU: "cpu_s", signal.SIGXFSZ: "disk_mb"}.get(sig)
             if limit is not None:
-                report(event="breach", limit=limit, allowed=_limits.get(limit), signal=signal.Signals(sig).name)
+                report("breach", limit=limit, allowed=_limits.get(limit), signal=sig)
             if pid == leader:
                 code = -sig
         elif pid == leader:
@@ -194,11 +222,11 @@ def _disk_breached(limits: dict[str, Any], watch: list[str], report: Any) -> boo
         total, big = _disk_usage(path)
         used, largest = used + total, max(largest, big)
     if used > int(allowed) * 2**20:
-        report(event="breach", limit="disk_mb", allowed=int(allowed), seen=used // 2**20)
+        report("breach", limit="disk_mb", allowed=int(allowed), seen=used // 2**20)
         return True
     if largest >= int(allowed) * 2**20 and not limits.get("file_reported"):
         limits["file_reported"] = True
-        report(event="breach", limit="disk_mb", allowed=int(allowed), seen=largest // 2**20, file=True)
+        report("breach", limit="disk_mb", allowed=int(allowed), seen=largest // 2**20, file=1)
     return False
 
 
@@ -261,57 +289,70 @@ def _apply_rlimits(limits: dict[str, Any]) -> None:
 
 def _not_dumpable() -> None:
     try:
+        import ctypes
+
         ctypes.CDLL(None, use_errno=True).prctl(4, 0, 0, 0, 0)  # PR_SET_DUMPABLE = 4
-    except (OSError, AttributeError):
+    except (ImportError, OSError, AttributeError):
         pass
 
 
-def _listen(port: int) -> socket.socket:
-    server = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-    server.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+def _listen(port: int) -> Any:
+    # `_socket`, the C module: `socket`'s wrapper imports enum (~3 ms); its sockets are close-on-exec as well
+    import _socket
+
+    server = _socket.socket(_socket.AF_INET, _socket.SOCK_STREAM)
+    server.setsockopt(_socket.SOL_SOCKET, _socket.SO_REUSEADDR, 1)
     server.bind(("127.0.0.1", port))
     server.listen(128)
-    server.set_inheritable(False)
     return server
 
 
-def _accept(server: socket.socket, unix_path: str) -> None:
+def _accept(server: Any, unix_path: str) -> None:
+    import _socket
+
     while True:
         try:
-            client, _ = server.accept()
+            fd, _ = server._accept()
         except OSError:
             return
-        threading.Thread(target=_connect, args=(client, unix_path), daemon=True).start()
+        _thread.start_new_thread(_connect, (_socket.socket(fileno=fd), unix_path))
 
 
-def _connect(client: socket.socket, unix_path: str) -> None:
-    upstream = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+def _connect(client: Any, unix_path: str) -> None:
+    import _socket
+
+    upstream = _socket.socket(_socket.AF_UNIX, _socket.SOCK_STREAM)
     try:
         upstream.connect(unix_path)
     except OSError:
         client.close()
         upstream.close()
         return
-    back = threading.Thread(target=_pipe, args=(upstream, client), daemon=True)
-    back.start()
+    done = _thread.allocate_lock()
+    done.acquire()
+    _thread.start_new_thread(_pipe, (upstream, client, done))
     _pipe(client, upstream)
-    back.join()
+    done.acquire()  # released when the other direction has ended
     client.close()
     upstream.close()
 
 
-def _pipe(source: socket.socket, sink: socket.socket) -> None:
+def _pipe(source: Any, sink: Any, done: Any = None) -> None:
+    import _socket
+
     try:
         while chunk := source.recv(65536):
             sink.sendall(chunk)
     except OSError:
         pass
     finally:
-        for sock, how in ((sink, socket.SHUT_WR), (source, socket.SHUT_RD)):
+        for sock, how in ((sink, _socket.SHUT_WR), (source, _socket.SHUT_RD)):
             try:
                 sock.shutdown(how)
             except OSError:
                 pass
+        if done is not None:
+            done.release()
 
 
 if __name__ == "__main__":
