@@ -110,16 +110,15 @@ def run_harness(task: dict[str, Any], llm: agl.LLM) -> tuple[str, agl.CliResult]
     with agl.workspace() as ws:
         repo = ws / "repo"
         checkout(repo_url(task), str(task["base_commit"]), repo)
-        mini = ws / ".mini"  # mini's own files (its config, its trajectory): beside the clone, not in its diff
+        mini = agl.agent_home(ws) / ".mini"  # mini's own files (config, trajectory): outside the clone and its diff
         argv = [mini_command(), "-t", fill(str(task.get("harness_prompt") or PROMPT), task)]
         argv += ["--yolo", "--exit-immediately", "-l", "0", "-o", str(mini / "run.json"), "-m", f"openai/{llm.model}"]
         argv += ["-c", "mini.yaml", "-c", f"agent.step_limit={int(task.get('harness_steps') or 40)}"]
         argv += ["-c", f"model.model_kwargs.max_tokens={int(task.get('max_tokens') or 2048)}"]
         env = {**QUIET, "MSWEA_GLOBAL_CONFIG_DIR": str(mini)}
         timeout_s = float(task.get("harness_timeout_s") or 1800)
-        done = agl.run_cli(
-            argv, llm=llm, agent=HARNESS, cwd=repo, env=env, timeout_s=timeout_s, transcript=ws / "transcript.txt"
-        )
+        # in agl's sandbox: the clone the one writable folder, no network but the attempt's LLM
+        done = agl.run_cli(argv, llm=llm, agent=HARNESS, cwd=repo, env=env, timeout_s=timeout_s)
         agl.record_tool_runs(mini / "run.json", "mini-swe-agent", agent=HARNESS)  # its commands as tool spans for AIR
         return patch_of(repo, str(task["base_commit"])), done
 

@@ -97,13 +97,23 @@ def workspace(files: str | os.PathLike[str] | None = None, *, keep: bool = False
 
 
 def agent_home(ws: str | os.PathLike[str]) -> Path:
-    """The private home of the commands `run_cli` runs in the workspace `ws` (made by `agl.workspace`): their `HOME`,
+    """The private home of the commands `run_cli` runs in the workspace `ws` (made by `agl.workspace`, or a folder in
+    it): their `HOME`,
     outside the workspace, so an agent's own searches never find its configuration or earlier outputs. A harness's
     trajectory or session file is read from there."""
-    root = Path(ws).parent
-    if not (root / _MARKER).is_file():
-        raise ValueError(f"agl.agent_home: {ws} is not a folder made by agl.workspace()")
+    root = _rollout_root(Path(ws))
+    if root is None:
+        raise ValueError(f"agl.agent_home: {ws} is not in a folder made by agl.workspace()")
     return root / "home"
+
+
+def _rollout_root(folder: Path) -> Path | None:
+    """The folder `agl.workspace` made that `folder` (its workspace, or a folder in it) is in."""
+    where = Path(os.path.abspath(folder))
+    for parent in where.parents:
+        if (parent / _MARKER).is_file() and (parent / "workspace") in (where, *where.parents):
+            return parent
+    return None
 
 
 def agent_url(llm: LLM, agent: str | None) -> str:
@@ -343,7 +353,7 @@ def _stdin_file(stack: contextlib.ExitStack, stdin: str | None) -> object | None
 def _places(folder: Path, program: str, transcript: str | os.PathLike[str] | None) -> tuple[Path, Path]:
     """The command's private home and its transcript's path: beside a workspace made by `agl.workspace`, else in a
     temporary folder of their own; never inside the workspace."""
-    root = folder.parent if (folder.parent / _MARKER).is_file() else Path(tempfile.mkdtemp(prefix="agl-cli-"))
+    root = _rollout_root(folder) or Path(tempfile.mkdtemp(prefix="agl-cli-"))
     home = root / "home"
     home.mkdir(exist_ok=True)
     if transcript is not None:
