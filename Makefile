@@ -132,7 +132,8 @@ browser:
 	bash .ci/install_browser.sh
 
 # bubblewrap (the distribution's package), the sandbox agl runs command-line agents and model-written programs in
-# (docs/security.md); the tests run them sandboxed, as users do by default.
+# (docs/security.md), and podman with runc for the container sandbox; the tests run them sandboxed, as users do by
+# default.
 sandbox:
 	bash .ci/install_sandbox.sh
 

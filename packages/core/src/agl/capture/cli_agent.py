@@ -45,7 +45,7 @@ from urllib.parse import quote, urlsplit
 
 from agl.capture.egress import PROXY_VARIABLES, EgressMode, EgressRecorder
 from agl.capture.llm import LLM
-from agl.capture.sandbox.launch import PLACEHOLDER_KEY, Launch, LlmRoute
+from agl.capture.sandbox.launch import PLACEHOLDER_KEY, LlmRoute, launch_class
 from agl.capture.sandbox.policy import Sandbox, as_sandbox, warn_bare_once
 from agl.capture.tracing.spans import record_span
 
@@ -179,10 +179,6 @@ def run_cli(
         warn_bare_once("agl.run_cli")
         network = egress or "record"
         outcome = _run_bare(argv, llm, agent, folder, home, out_path, env, stdin, timeout_s, box, network)
-    elif box.kind == "container":
-        from agl.capture.sandbox.container import run_in_container
-
-        outcome = run_in_container(argv, llm, agent, folder, home, out_path, env, stdin, timeout_s, box)
     else:
         outcome = _run_sandboxed(argv, llm, agent, folder, home, out_path, env, stdin, timeout_s, box)
     if outcome.egress:
@@ -276,7 +272,8 @@ def _run_sandboxed(
     variables = {**llm_variables(inside, PLACEHOLDER_KEY), **(env or {})}
     timed_out = False
     with contextlib.ExitStack() as stack:
-        launch = stack.enter_context(Launch(argv, sandbox=box, cwd=folder, home=home, env=variables, llm=route))
+        launch_type = launch_class(box)  # bubblewrap, or a container for a task that names an image
+        launch = stack.enter_context(launch_type(argv, sandbox=box, cwd=folder, home=home, env=variables, llm=route))
         out = stack.enter_context(out_path.open("wb"))
         stdin_file = _stdin_file(stack, stdin)
         process = launch.popen(stdin=stdin_file or subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT)

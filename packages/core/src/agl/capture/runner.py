@@ -198,8 +198,9 @@ class Runner:
             await self._flush(client, active, final=True)
             if ctx.refused and status == "succeeded":
                 status, error = "failed", "; ".join(ctx.refused)[:20_000]
-            completed = await self._retry(
-                lambda: client.complete(
+
+            def report() -> Any:
+                return client.complete(
                     ctx.attempt_id,
                     status,
                     reward=reward,
@@ -207,9 +208,18 @@ class Runner:
                     after_llm_seq=ctx.last_llm_seq,
                     agent_scopes=ctx.agent_scopes,
                     elsewhere=ctx.elsewhere(),
-                ),
-                what=f"report attempt {ctx.attempt_id}",
-            )
+                )
+
+            try:
+                completed = await self._retry(report, what=f"report attempt {ctx.attempt_id}")
+            except AglHTTPError as exc:
+                if exc.status != 400 or reward is None:
+                    raise
+                # the reward itself was refused (out of the server's range): sending it again cannot help, so the
+                # attempt fails with the reason instead of running out its lease and being retried elsewhere
+                log.warning("the server refused the reward of attempt %s: %s", ctx.attempt_id, exc.message)
+                status, reward, error = "failed", None, f"the server refused the agent's reward: {exc.message}"
+                completed = await self._retry(report, what=f"report attempt {ctx.attempt_id}")
         except Conflict as exc:
             # another report of this attempt came first (a lease that ran out and a rollout taken over, or a
             # completion that disagrees with this one): the server keeps the first, this one is lost

@@ -45,6 +45,15 @@ class SandboxUnavailable(RuntimeError):
     """The sandbox cannot start on this machine; the message says how to install it or how to opt out."""
 
 
+def launch_class(sandbox: Sandbox) -> type[Launch]:
+    """bubblewrap's `Launch`, or the container's for `kind="container"`."""
+    if sandbox.kind == "container":
+        from agl.capture.sandbox.container import ContainerLaunch
+
+        return ContainerLaunch
+    return Launch
+
+
 @dataclass(frozen=True)
 class LlmRoute:
     """The attempt a sandboxed command may call: agl's server, the attempt's path (`/rollout/R/attempt/A`, the URL
@@ -104,7 +113,7 @@ class Launch:
     ) -> None:
         if not argv:
             raise ValueError("a sandboxed command needs a non-empty list of arguments")
-        why = bwrap.unavailable()
+        why = self.unavailable(sandbox)
         if why is not None:
             raise SandboxUnavailable(f"agl cannot start the sandbox: {why}")
         # a program named by a path runs by that path, normalised: `/x/../y` needs `/x` inside, which may not be there
@@ -130,6 +139,10 @@ class Launch:
         self._stopping = False
         self._lock = threading.Lock()
 
+    def unavailable(self, sandbox: Sandbox) -> str | None:
+        """Why this kind of sandbox cannot start here, or None."""
+        return bwrap.unavailable()
+
     def __enter__(self) -> Launch:
         try:
             self._state = tempfile.mkdtemp(prefix="agl-sandbox-")
@@ -152,12 +165,35 @@ class Launch:
                     count=self.sandbox.network != "allow",
                 )
             )
-            limits = self.sandbox.limits
-            self._cgroup = Cgroup.create(processes=limits.processes, memory_mb=limits.memory_mb)
+            self._cgroup = self._make_cgroup()
         except BaseException:
             self._stack.close()
             raise
         return self
+
+    def _make_cgroup(self) -> Cgroup | None:
+        limits = self.sandbox.limits
+        return Cgroup.create(processes=limits.processes, memory_mb=limits.memory_mb)
+
+    def supervisor_config(self, watch_writable: list[str]) -> dict[str, object]:
+        """What the sandbox's first process is told: its relays, the limits, the folders to watch."""
+        limits = self.sandbox.limits
+        relays = []
+        if self._relay is not None and self.llm is not None:
+            relays.append([self.llm.inside_port, f"{bwrap.INSIDE_RUN}/sock/llm"])
+        relays.append([self._egress_port(), f"{bwrap.INSIDE_RUN}/sock/egress"])
+        return {
+            "relays": relays,
+            "limits": {
+                "processes": limits.processes,
+                "memory_mb": limits.memory_mb,
+                "cpu_s": limits.cpu_s,
+                "open_files": limits.open_files,
+                "disk_mb": limits.disk_mb,
+                "kernel_enforced": self._cgroup is not None,
+            },
+            "watch": list(dict.fromkeys([self.home, *watch_writable])),
+        }
 
     def environment(self) -> dict[str, str]:
         """The command's environment: a few of the worker's variables, a private home and /tmp, the egress proxy,
@@ -180,11 +216,6 @@ class Launch:
         if "PATH" not in self.env:
             env["PATH"] = mounts.inside_path(env["PATH"], [*read_only, *writable, self.home])
         status_r, status_w = os.pipe()
-        limits = self.sandbox.limits
-        relays = []
-        if self._relay is not None and self.llm is not None:
-            relays.append([self.llm.inside_port, f"{bwrap.INSIDE_RUN}/sock/llm"])
-        relays.append([self._egress_port(), f"{bwrap.INSIDE_RUN}/sock/egress"])
         state = Path(self._state)
         (state / "passwd").write_text(mounts.passwd_file(self.home))
         (state / "group").write_text(mounts.group_file())
@@ -195,25 +226,13 @@ class Launch:
             cwd=self.cwd,
             read_only=read_only,
             writable=writable,
-            tmp_mb=limits.tmp_mb,
+            tmp_mb=self.sandbox.limits.tmp_mb,
             home=self.home,
             passwd=str(state / "passwd"),
             group=str(state / "group"),
             hosts=str(state / "hosts"),
             socket_dir=str(state / "sock"),
-            supervisor_config={
-                "status_fd": status_w,
-                "relays": relays,
-                "limits": {
-                    "processes": limits.processes,
-                    "memory_mb": limits.memory_mb,
-                    "cpu_s": limits.cpu_s,
-                    "open_files": limits.open_files,
-                    "disk_mb": limits.disk_mb,
-                    "kernel_enforced": self._cgroup is not None,
-                },
-                "watch": list(dict.fromkeys([self.home, *writable])),
-            },
+            supervisor_config={**self.supervisor_config(writable), "status_fd": status_w},
         )
         cgroup = self._cgroup
         command = plan.command()
@@ -320,18 +339,21 @@ class Launch:
         return EGRESS_PORT if self.llm is None or self.llm.inside_port != EGRESS_PORT else EGRESS_PORT + 1
 
     def _read_status(self, fd: int) -> None:
-        """The supervisor's reports: `event key=value ...`, a `message=` running to the line's end."""
         with os.fdopen(fd, "r", encoding="utf-8", errors="replace") as lines:
             for line in lines:
-                head, _, message = line.rstrip("\n").partition(" message=")
-                kind, *pairs = head.split(" ")
-                event = dict(p.partition("=")[::2] for p in pairs)
-                if kind == "breach":
-                    self._add_breach(Breach(event["limit"], _number(event.get("allowed")), _number(event.get("seen"))))
-                elif kind == "left_behind":
-                    self.left_behind = int(event.get("processes") or 0)
-                elif kind == "start_failed":
-                    self.start_error = message
+                self._status_line(line)
+
+    def _status_line(self, line: str) -> None:
+        """One of the supervisor's reports: `event key=value ...`, a `message=` running to the line's end."""
+        head, _, message = line.rstrip("\n").partition(" message=")
+        kind, *pairs = head.split(" ")
+        event = dict(p.partition("=")[::2] for p in pairs)
+        if kind == "breach" and "limit" in event:
+            self._add_breach(Breach(event["limit"], _number(event.get("allowed")), _number(event.get("seen"))))
+        elif kind == "left_behind":
+            self.left_behind = int(_number(event.get("processes")) or 0)
+        elif kind == "start_failed":
+            self.start_error = message
 
 
 def _number(text: str | None) -> float | None:

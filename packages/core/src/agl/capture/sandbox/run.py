@@ -20,7 +20,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from agl.capture.sandbox.launch import Launch
+from agl.capture.sandbox.launch import Launch, launch_class
 from agl.capture.sandbox.policy import Sandbox, as_sandbox, warn_bare_once
 
 _OUTPUT_CAP = 16 * 2**20  # what run_sandboxed keeps of each stream: a program cannot fill the worker's memory
@@ -113,11 +113,9 @@ class _Handle:
             finally:
                 handle.stop()
             return
-        if box.kind == "container":
-            raise ValueError("run_sandboxed runs programs with bubblewrap; a container task runs its tests in its image")
         home = tempfile.mkdtemp(prefix="agl-sandbox-home-")
         try:
-            with Launch(argv, sandbox=box, cwd=folder, home=home, env=env) as launch:
+            with launch_class(box)(argv, sandbox=box, cwd=folder, home=home, env=env) as launch:
                 yield cls(argv, launch, folder, env)
         finally:
             shutil.rmtree(home, ignore_errors=True)
