@@ -10,7 +10,6 @@ from __future__ import annotations
 import argparse
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 parser = argparse.ArgumentParser()

@@ -31,7 +31,9 @@ def build(runtime: Sequence[str]) -> str:
         for path in [python, *libraries]:
             _copy(path, root)
         stdlib = Path("/usr/lib") / version
-        shutil.copytree(stdlib, root / stdlib.relative_to("/"), symlinks=True, ignore=lambda d, names: SKIPPED & set(names))
+        shutil.copytree(
+            stdlib, root / stdlib.relative_to("/"), symlinks=True, ignore=lambda d, names: SKIPPED & set(names)
+        )
         (root / "usr/bin").mkdir(parents=True, exist_ok=True)
         os.symlink(Path(python).name, root / "usr/bin/python3")
         (root / "bin").mkdir()

@@ -29,7 +29,7 @@ def attempt(what: str, action) -> None:  # type: ignore[no-untyped-def]
     try:
         result = action()
         say(f"DONE {what}: {result!r}"[:500])
-    except BaseException as exc:  # noqa: BLE001 - every refusal is the expected outcome
+    except BaseException as exc:
         say(f"refused {what}: {type(exc).__name__}: {exc}"[:300])
 
 
@@ -60,7 +60,7 @@ def server_root() -> str:
 
 if mode == "write_outside":
     for target in plan["targets"]:
-        attempt(f"append to {target}", lambda t=target: Path(t).open("a").write("planted by the agent\n"))
+        attempt(f"append to {target}", lambda t=target: Path(t).open("a").write("planted by the agent\n"))  # noqa: SIM115
         attempt(f"create beside {target}", lambda t=target: Path(t).with_name("planted.txt").write_text("x"))
     for target in plan["delete"]:
         attempt(f"delete {target}", lambda t=target: os.unlink(t))
@@ -79,14 +79,19 @@ elif mode == "symlinks":
     attempt("read through the link", lambda: Path("answer.txt").read_text())
 
 elif mode == "network":
-    attempt(f"raw socket to the canary on {plan['canary_port']}", lambda: socket.create_connection(("127.0.0.1", plan["canary_port"]), 3).recv(64))
+    attempt(
+        f"raw socket to the canary on {plan['canary_port']}",
+        lambda: socket.create_connection(("127.0.0.1", plan["canary_port"]), 3).recv(64),
+    )
     attempt("raw socket to the outside world", lambda: socket.create_connection(("1.1.1.1", 80), 3))
     root = server_root()
     key = os.environ.get("OPENAI_API_KEY", "")
     for path in ("/api/v1/rollouts", "/api/v1/server/info", "/api/v1/proxy/engines", "/ui/"):
         attempt(f"GET {path} with the key it was given", lambda p=path: get(root + p, key))
         attempt(f"GET {path} with a guessed token", lambda p=path: get(root + p, "agl"))
-    attempt("add an engine of its own", lambda: post(root + "/api/v1/proxy/engines", {"url": "http://127.0.0.1:9/v1"}, key))
+    attempt(
+        "add an engine of its own", lambda: post(root + "/api/v1/proxy/engines", {"url": "http://127.0.0.1:9/v1"}, key)
+    )
 
 elif mode == "self_reward":
     key = os.environ.get("OPENAI_API_KEY", "")

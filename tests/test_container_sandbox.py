@@ -45,7 +45,7 @@ def test_the_command_line_confines_as_bubblewrap_does(tmp_path: Path, monkeypatc
 
 def test_no_runtime_is_a_clear_refusal(tmp_path: Path) -> None:
     box = agl.Sandbox(kind="container", image="x", runtime="no-such-runtime-7")
-    with pytest.raises(agl.SandboxUnavailable, match="no container runtime answers.*no-such-runtime-7: not installed"):
+    with pytest.raises(agl.SandboxUnavailable, match=r"no container runtime answers.*no-such-runtime-7: not installed"):
         agl.run_sandboxed(["true"], cwd=tmp_path, sandbox=box)
 
 

@@ -95,7 +95,7 @@ def hostile_run(tmp_path_factory: pytest.TempPathFactory, agl_upstream: str) -> 
         ids = [r.id for task in tasks for r in client.enqueue(task)]
         started = time.monotonic()
         rollouts = wait_rollouts(client, ids, timeout=240)
-        details = {task["mode"]: client.rollout_detail(i) for task, i in zip(tasks, ids)}
+        details = {task["mode"]: client.rollout_detail(i) for task, i in zip(tasks, ids, strict=True)}
         yield {
             "details": details, "rollouts": rollouts, "seconds": time.monotonic() - started, "server": server,
             "worker": worker, "client": client, "store": store, "home": home, "base": base, "beats": beats,

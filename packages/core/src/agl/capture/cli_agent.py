@@ -41,6 +41,7 @@ import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
+from typing import IO
 from urllib.parse import quote, urlsplit
 
 from agl.capture.egress import PROXY_VARIABLES, EgressMode, EgressRecorder
@@ -337,11 +338,11 @@ def _run_bare(
     return Outcome(returncode, timed_out, proc.returncode, seen)
 
 
-def _stdin_file(stack: contextlib.ExitStack, stdin: str | None) -> object | None:
+def _stdin_file(stack: contextlib.ExitStack[bool | None], stdin: str | None) -> IO[bytes] | None:
     """A prompt given on standard input reaches the agent as it is, where an argument may be quoted by the program."""
     if stdin is None:
         return None
-    f = stack.enter_context(tempfile.TemporaryFile())
+    f = stack.enter_context(tempfile.TemporaryFile())  # noqa: SIM115 - the stack closes it
     f.write(stdin.encode())
     f.seek(0)
     return f

@@ -48,7 +48,9 @@ def runtime_for(chosen: str | None) -> tuple[list[str] | None, str]:
             continue
         if answer.returncode == 0:
             return command, ""
-        tried.append(f"{command[0]} info: {(answer.stderr.strip().splitlines() or ['exit ' + str(answer.returncode)])[-1]}")
+        tried.append(
+            f"{command[0]} info: {(answer.stderr.strip().splitlines() or ['exit ' + str(answer.returncode)])[-1]}"
+        )
     return None, "; ".join(tried)
 
 

@@ -38,7 +38,9 @@ def read_agent_file(
         try:
             file_fd = os.open(relative[-1], os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK, dir_fd=fd)
         except OSError as exc:
-            raise ValueError(f"{target} cannot be read as the agent's file (a link is not followed): {exc.strerror}") from None
+            raise ValueError(
+                f"{target} cannot be read as the agent's file (a link is not followed): {exc.strerror}"
+            ) from None
     finally:
         os.close(fd)
     with os.fdopen(file_fd, "rb") as f:

@@ -175,7 +175,7 @@ async def _pipe(source: asyncio.StreamReader, sink: asyncio.StreamWriter) -> Non
 
 
 async def _answer(writer: asyncio.StreamWriter, status: int, message: str) -> None:
-    body = ('{"error": {"message": %s, "type": "permission_error"}}' % json.dumps(message)).encode()
+    body = json.dumps({"error": {"message": message, "type": "permission_error"}}).encode()
     reason = {400: "Bad Request", 403: "Forbidden", 431: "Request Header Fields Too Large", 502: "Bad Gateway"}
     head = f"HTTP/1.1 {status} {reason[status]}\r\ncontent-type: application/json\r\n"
     writer.write(head.encode() + f"content-length: {len(body)}\r\nconnection: close\r\n\r\n".encode() + body)

@@ -80,7 +80,9 @@ def _copy_readable(source: str, target: str) -> None:
 
 
 def passwd_file(home: str) -> str:
-    return f"{SANDBOX_USER}:x:{SANDBOX_UID}:{SANDBOX_UID}:agl sandbox:{home}:/bin/sh\nnobody:x:65534:65534::/:/bin/false\n"
+    return (
+        f"{SANDBOX_USER}:x:{SANDBOX_UID}:{SANDBOX_UID}:agl sandbox:{home}:/bin/sh\nnobody:x:65534:65534::/:/bin/false\n"
+    )
 
 
 def hosts_file(names: Sequence[str]) -> str:
@@ -146,8 +148,8 @@ def _add_program(path: str, env: Mapping[str, str], found: dict[str, None], dept
         found[candidate] = None
     interpreter = _shebang(os.path.realpath(path))
     if interpreter is not None and depth < 4:
-        program = interpreter[0]
-        if os.path.basename(program) == "env" and len(interpreter) > 1:  # `#!/usr/bin/env node`
+        program: str | None = interpreter[0]
+        if os.path.basename(interpreter[0]) == "env" and len(interpreter) > 1:  # `#!/usr/bin/env node`
             name = next((a for a in interpreter[1:] if not a.startswith("-") and "=" not in a), None)
             program = resolve_program(name, env) if name else None
         if program is not None and os.path.exists(program):

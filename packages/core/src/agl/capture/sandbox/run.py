@@ -56,7 +56,7 @@ def run_sandboxed(
         if input is not None:
             files[0].write(input)
             files[0].seek(0)
-        process = handle.start(stdin=files[0] if input is not None else subprocess.DEVNULL, stdout=files[1], stderr=files[2])
+        handle.start(stdin=files[0] if input is not None else subprocess.DEVNULL, stdout=files[1], stderr=files[2])
         timed_out = not handle.wait(timeout_s)
         handle.stop()
         stdout, stderr = (_read_capped(f) for f in files[1:])
@@ -101,7 +101,12 @@ class _Handle:
     @classmethod
     @contextlib.contextmanager
     def open(
-        cls, argv: Sequence[str], *, cwd: str | os.PathLike[str], sandbox: Sandbox | str | None, env: Mapping[str, str] | None
+        cls,
+        argv: Sequence[str],
+        *,
+        cwd: str | os.PathLike[str],
+        sandbox: Sandbox | str | None,
+        env: Mapping[str, str] | None,
     ) -> Iterator[_Handle]:
         box = as_sandbox(sandbox)
         folder = os.path.abspath(cwd)
@@ -164,4 +169,4 @@ class _Handle:
 
 def _read_capped(f: Any) -> bytes:
     f.seek(0)
-    return f.read(_OUTPUT_CAP)
+    return bytes(f.read(_OUTPUT_CAP))

@@ -181,7 +181,7 @@ def _breach_exit(leader: int) -> int:
     try:
         _, status = os.waitpid(leader, 0)
     except ChildProcessError:
-        return -signal.SIGKILL
+        return -int(signal.SIGKILL)
     return -os.WTERMSIG(status) if os.WIFSIGNALED(status) else os.WEXITSTATUS(status)
 
 
