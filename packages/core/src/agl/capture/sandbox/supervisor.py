@@ -142,9 +142,10 @@ def _supervise(leader: int, limits: dict[str, Any], watch: list[str], report: An
                 return _breach_exit(leader)
         now = time.monotonic()
         if now >= next_slow:
-            next_slow = now + SLOW_POLL_S
             if _disk_breached(limits, watch, report):
                 return _breach_exit(leader)
+            # a big repository takes a while to walk: at most ~5 % of a core goes to it
+            next_slow = time.monotonic() + max(SLOW_POLL_S, 20 * (time.monotonic() - now))
             if limits.get("open_files"):
                 most = max((_open_files(p) for p in pids), default=0)
                 if most >= int(limits["open_files"]):
