@@ -38,8 +38,9 @@ _PAGE = os.sysconf("SC_PAGE_SIZE")
 _status_lock = _thread.allocate_lock()
 _limits: dict[str, Any] = {}
 # Started for every command, so it starts fast (a rollout may run many): no json, re, subprocess, threading, typing
-# or signal's enum (~20 ms of imports on 2 cores), only built-in modules; its configuration comes as marshal (the same interpreter wrote it), its reports as plain lines
-# `event key=value ...` (values without spaces, but the last, `message=`, which runs to the line's end).
+# or signal's enum (~20 ms of imports on 2 cores), only built-in modules; its configuration comes as marshal (the
+# same interpreter wrote it), its reports as plain lines `event key=value ...` (values without spaces, but the last,
+# `message=`, which runs to the line's end).
 
 
 def main() -> int:
@@ -94,7 +95,9 @@ def _start(argv: list[str], cwd: str, limits: dict[str, Any], status_fd: int) ->
         try:
             os.close(ready_r)
             signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGCHLD})
-            signal.signal(signal.SIGTERM, signal.SIG_DFL)
+            # Python ignores SIGPIPE and SIGXFSZ; exec keeps what is ignored, so they are put back, as subprocess does
+            for sig in (signal.SIGTERM, signal.SIGPIPE, signal.SIGXFSZ):
+                signal.signal(sig, signal.SIG_DFL)
             _apply_rlimits(limits)
             os.chdir(cwd)
             os.execvp(argv[0], argv)
