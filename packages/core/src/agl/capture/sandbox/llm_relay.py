@@ -24,6 +24,7 @@ from urllib.parse import urlsplit
 
 _MAX_HEAD = 64 * 1024
 _HEAD_TIMEOUT_S = 60.0
+_MAX_DISCARD = 2**20
 _DROP = {
     b"authorization", b"x-api-key", b"host", b"connection", b"keep-alive", b"proxy-authorization",
     b"proxy-connection", b"upgrade", b"te",
@@ -96,15 +97,18 @@ class LlmRelay:
             await _answer(writer, 400, "not an HTTP/1.x request")
             return
         method, target, _ = parts
-        if not self._may(target):
-            self.refused.append(f"{method} {target[:200]}")
-            await _answer(writer, 403, f"agl sandbox: only this attempt's LLM routes are reachable, not {target[:200]}")
-            return
         headers = [line.partition(b":") for line in rest.split(b"\r\n") if line]
         lengths = [v.strip() for k, _, v in headers if k.strip().lower() == b"content-length"]
         chunked = any(k.strip().lower() == b"transfer-encoding" and b"chunked" in v.lower() for k, _, v in headers)
         if (lengths and chunked) or len(set(lengths)) > 1 or (lengths and not lengths[0].isdigit()):
             await _answer(writer, 400, "ambiguous request body length")
+            return
+        if not self._may(target):
+            self.refused.append(f"{method} {target[:200]}")
+            if lengths:  # read what the client is sending (within reason), so that it gets the answer, not a reset
+                with contextlib.suppress(asyncio.TimeoutError, asyncio.IncompleteReadError, ConnectionError):
+                    await asyncio.wait_for(_discard(reader, min(int(lengths[0]), _MAX_DISCARD)), 5)
+            await _answer(writer, 403, f"agl sandbox: only this attempt's LLM routes are reachable, not {target[:200]}")
             return
         kept = [k.strip() + b": " + v.strip() for k, _, v in headers if k.strip().lower() not in _DROP]
         kept += [b"Host: " + self.host_header, b"Connection: close"]
@@ -134,6 +138,14 @@ class LlmRelay:
 
     def _may(self, target: str) -> bool:
         return bool(_SAFE_TARGET.match(target)) and not _TRICKS.search(target) and bool(self.allowed.match(target))
+
+
+async def _discard(reader: asyncio.StreamReader, size: int) -> None:
+    while size > 0:
+        chunk = await reader.read(min(size, 65536))
+        if not chunk:
+            return
+        size -= len(chunk)
 
 
 async def _copy_exactly(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, size: int) -> None:
