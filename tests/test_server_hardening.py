@@ -441,7 +441,7 @@ def test_an_attempts_credential_opens_its_own_rollout_only(token_server: ServerP
     assert chat(proxy_url(token_server, other), forged).status_code == 401
 
 
-def test_workers_give_agents_their_attempt_credential(token_server: ServerProcess) -> None:
+def test_workers_give_agents_their_llm_credential(token_server: ServerProcess) -> None:
     seen: list[str] = []
 
     @agl.rollout
@@ -452,7 +452,7 @@ def test_workers_give_agents_their_attempt_credential(token_server: ServerProces
     with Client(token_server.url, token="operator") as client:
         client.enqueue("q")
     stats = agl.Runner(record_key, token_server.url, token="operator", concurrency=1).run(max_rollouts=1)
-    assert stats.succeeded == 1 and seen and seen[0].startswith("agl-attempt.") and "operator" not in seen[0]
+    assert stats.succeeded == 1 and seen and seen[0].startswith("agl-llm.") and "operator" not in seen[0]
 
 
 # ---------------------------------------------------------------------------------- crash in flight

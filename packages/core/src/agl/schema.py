@@ -219,9 +219,12 @@ class Claim(_Model):
     rollout: Rollout
     attempt: Attempt
     task: Task
-    # with a server token: a credential that opens this attempt's proxy URL and its own reports only; the
-    # agent gets it as its API key instead of the operator token
+    # with a server token (agl.server.credentials): the attempt credential, which opens this attempt's proxy URL
+    # and its own reports (rewards, spans, heartbeat, completion); kept for older workers, never given to the agent
     credential: str | None = None
+    # with a server token: the LLM credential, which opens this attempt's LLM routes and nothing else; the agent's
+    # API key (and that of every program it runs), instead of the operator token or the attempt credential
+    llm_credential: str | None = None
 
 
 class HeartbeatRequest(_Model):

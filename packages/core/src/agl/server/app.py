@@ -48,6 +48,7 @@ from agl.server.middleware import (
 )
 from agl.server.otlp import DEFAULT_MAX_SPANS
 from agl.server.proxy import LLMProxy, UpstreamConfig
+from agl.server.reward_range import DEFAULT_MAX_ABS_REWARD
 from agl.server.routes_llm import ProxyFastPath
 from agl.store import ConflictError, NotFoundError, Store, StoreUnavailable
 
@@ -76,6 +77,8 @@ class ServerSettings:
     max_spans_per_request: int = DEFAULT_MAX_SPANS
     # what a connection may cost before its request reaches the app (agl.server.connections)
     connections: ConnectionLimits = field(default_factory=ConnectionLimits)
+    # rewards are accepted in [-max_abs_reward, max_abs_reward] (agl.server.reward_range)
+    max_abs_reward: float = DEFAULT_MAX_ABS_REWARD
 
 
 _LOOPBACK_NAMES = frozenset({"localhost", "127.0.0.1", "::1"})

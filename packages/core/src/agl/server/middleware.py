@@ -13,7 +13,7 @@ from typing import Any
 from urllib.parse import parse_qs, urlencode
 
 from agl.protocol import error_bytes
-from agl.server.credentials import PREFIX, attempt_may, attempt_of
+from agl.server.credentials import LLM_PREFIX, PREFIX, attempt_may, attempt_of, llm_attempt_of, llm_may
 from agl.server.span_caps import TooManySpans, check_json_containers
 
 Scope = dict[str, Any]
@@ -77,6 +77,23 @@ class BearerTokenMiddleware:
         scheme, _, credential = given.strip().partition(b" ")
         credential = credential.strip()
         is_bearer = scheme.lower() == b"bearer"
+        if is_bearer and credential.startswith(LLM_PREFIX.encode()):
+            attempt_id = llm_attempt_of(self.token, credential)
+            if attempt_id is not None:
+                if not llm_may(attempt_id, scope["path"]):
+                    await _reject(
+                        send,
+                        403,
+                        f"this is the LLM-only credential of attempt {attempt_id}: it opens that attempt's LLM routes"
+                        f" (/rollout/<rollout>/attempt/{attempt_id}/v1/...) and nothing else, not"
+                        f" {scope['method']} {scope['path'][:200]}; rewards, spans, heartbeats and completion are"
+                        " reported by the worker, never by the agent's own programs",
+                        "permission_error",
+                    )
+                    return
+                scope["agl.attempt"] = attempt_id
+                await self.app(scope, receive, send)
+                return
         if is_bearer and credential.startswith(PREFIX.encode()):
             attempt_id = attempt_of(self.token, credential)
             if attempt_id is not None:

@@ -28,8 +28,9 @@ from agl.schema import (
     Task,
     TaskIn,
 )
-from agl.server.credentials import attempt_credential
+from agl.server.credentials import attempt_credential, llm_credential
 from agl.server.relay import hung_up
+from agl.server.reward_range import check_rewards
 from agl.server.routes_server import API
 
 if TYPE_CHECKING:
@@ -114,7 +115,12 @@ def add_routes(app: FastAPI, server: Server) -> None:
                     if server.settings.token:
                         secret = server.settings.token
                         claims = [
-                            c.model_copy(update={"credential": attempt_credential(secret, c.attempt.id)})
+                            c.model_copy(
+                                update={
+                                    "credential": attempt_credential(secret, c.attempt.id),
+                                    "llm_credential": llm_credential(secret, c.attempt.id),
+                                }
+                            )
                             for c in claims
                         ]
                     return claims
@@ -135,6 +141,10 @@ def add_routes(app: FastAPI, server: Server) -> None:
 
     @app.post(f"{API}/attempts/{{attempt_id}}/complete", tags=["workers"])
     async def complete(attempt_id: str, req: CompleteRequest, response: Response) -> Rollout:
+        """Record the attempt's outcome once. The same report again is answered as the first was (200); one that
+        disagrees with the first (another status, another reward) is refused with 409 and changes nothing."""
+        if req.reward is not None:
+            check_rewards([("the completion's reward", req.reward)], server.settings.max_abs_reward)
         rollout = await server.written(
             store.complete(
                 attempt_id,

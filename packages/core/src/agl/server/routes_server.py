@@ -36,6 +36,7 @@ def add_routes(app: FastAPI, server: Server) -> None:
             "upstream": server.settings.upstream.base_url,
             "engines": [e.url for e in server.proxy.engines.engines.values()],
             "auth": bool(server.settings.token),
+            "max_abs_reward": server.settings.max_abs_reward,  # rewards are accepted in [-it, it]
             "model_version": server.proxy.model_version.version if server.proxy.model_version else None,
         }
 

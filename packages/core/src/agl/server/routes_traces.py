@@ -14,6 +14,7 @@ from agl.schema import RewardIn, RewardSource, SpanBatch, SpanIn
 from agl.server.errors import error_response
 from agl.server.middleware import Inflated, inflate
 from agl.server.otlp import otlp_success_response, parse_otlp_traces
+from agl.server.reward_range import check_rewards
 from agl.server.routes_server import API
 from agl.server.span_caps import TooManySpans
 from agl.store import NotFoundError
@@ -49,6 +50,7 @@ def add_routes(app: FastAPI, server: Server) -> None:
     @app.post(f"{API}/rewards", tags=["traces"])
     async def add_rewards(rewards: list[RewardIn], request: Request) -> dict[str, int]:
         _only_own(request, rewards, "rewards")
+        check_rewards(((f"reward {r.name!r}", r.value) for r in rewards), server.settings.max_abs_reward)
         attempt = request.scope.get("agl.attempt")
         if attempt is not None and any(r.source is RewardSource.automatic for r in rewards):
             # AIR's rewards are the trainer's judgement of a trace, computed after the attempt; an agent that

@@ -6,7 +6,8 @@
                          └──▶ failed, once max_attempts attempts have failed;  cancel: ──▶ cancelled
 
 A rollout is recorded once: only its latest attempt may complete it, and an attempt whose lease expired may
-still report late while nobody else has picked its rollout up again. The functions take the time (`now`) and
+still report late while nobody else has picked its rollout up again. An attempt's first report stands: the same
+report again is a no-op, one that disagrees with it is refused (ConflictError, 409). The functions take the time (`now`) and
 return what they changed, including the attempts they ended (the store forgets what it kept about them), so
 they can run, and be tested, on any connection with the store's tables.
 """
@@ -33,6 +34,7 @@ from agl.store.attempt_packs import pack, repack_if_packed
 from agl.store.codec import dumps
 from agl.store.errors import ConflictError, NotFoundError
 from agl.store.ids import new_id
+from agl.store.placement import place_unplaced, placed
 from agl.store.records import insert_reward, insert_task
 from agl.store.schema import ATTEMPT_COLUMNS, ROLLOUT_COLUMNS, TASK_COLUMNS, columns, insert_sql
 
@@ -52,6 +54,10 @@ _INSERT_ATTEMPT = insert_sql(
     ("id", "rollout_id", "number", "worker_id", "status", "started_at", "heartbeat_at", "lease_expires_at"),
 )
 _QUEUED = RolloutStatus.queued.value
+COMPLETION_REWARD = "final"  # the name of the reward a completion reports
+# how the server words the attempts it ends itself (a late report may still come for those)
+_TIMED_OUT = "ran past its timeout of"
+_CANCELLED = "rollout cancelled"
 _RUNNING = AttemptStatus.running.value  # the same word for a rollout and an attempt
 
 
@@ -187,9 +193,12 @@ def complete(
     agent_scopes: int | None = None,
     elsewhere: Elsewhere | None = None,
 ) -> tuple[Rollout, list[str]]:
-    """Record an attempt's outcome once; a repeated identical report changes nothing. Returns the rollout and
-    the attempts this ended (none for a repeated report). `agent_scopes`, `elsewhere`: see `Store.complete`."""
-    att = conn.execute("SELECT number, status, rollout_id FROM attempts WHERE id=?", (attempt_id,)).fetchone()
+    """Record an attempt's outcome once; a repeated identical report (same status, same reward) changes nothing,
+    one that disagrees with the first (another status or reward) raises ConflictError and changes nothing either.
+    An attempt the server ended itself (lease or timeout ran out) may still report late while nobody else has its
+    rollout. Returns the rollout and the attempts this ended (none for a repeated report). `agent_scopes`,
+    `elsewhere`: see `Store.complete`. The reward is placed after the attempt's last call (agl.store.placement)."""
+    att = conn.execute("SELECT number, status, error, rollout_id FROM attempts WHERE id=?", (attempt_id,)).fetchone()
     if att is None:
         raise NotFoundError(f"attempt {attempt_id!r} does not exist")
     ro = conn.execute(
@@ -202,8 +211,19 @@ def complete(
         ).rowcount
         if marked:
             repack_if_packed(conn, attempt_id)
+    reported = att["status"] != _RUNNING and not _ended_by_server(att)
     if att["status"] == status:
+        if reported and (first := _completion_reward(conn, ro["id"], attempt_id)) != reward:
+            raise ConflictError(
+                f"attempt {attempt_id} was already reported {status} with reward {first}: this report's reward"
+                f" {reward} disagrees, it is refused and the first report stands"
+            )
         return _rollout(conn, ro["id"]), []  # a repeated report: already recorded
+    if reported:
+        raise ConflictError(
+            f"attempt {attempt_id} was already reported {att['status']}: this report ({status}) disagrees, it is"
+            " refused and the first report stands"
+        )
     is_latest = latest_attempt_id(conn, ro["id"]) == attempt_id
     if att["status"] != _RUNNING:
         # A late report from an attempt whose lease expired: accept it only while nobody else has
@@ -223,17 +243,21 @@ def complete(
             (*elsewhere, attempt_id),
         )
         conn.execute("UPDATE rollouts SET bypassed_llm_calls=? WHERE id=?", (elsewhere[0], ro["id"]))
+    place_unplaced(conn, ro["id"], attempt_id)  # rewards that arrived before the calls they followed were stored
     if reward is not None:
         insert_reward(
             conn,
-            RewardIn(
-                rollout_id=ro["id"],
-                attempt_id=attempt_id,
-                value=reward,
-                name="final",
-                source=RewardSource.returned,
-                after_llm_seq=after_llm_seq,
-                timestamp=now,
+            placed(
+                conn,
+                RewardIn(
+                    rollout_id=ro["id"],
+                    attempt_id=attempt_id,
+                    value=reward,
+                    name=COMPLETION_REWARD,
+                    source=RewardSource.returned,
+                    after_llm_seq=after_llm_seq,
+                    timestamp=now,
+                ),
             ),
         )
     if status == AttemptStatus.succeeded.value:
@@ -256,6 +280,26 @@ def complete(
     return _rollout(conn, ro["id"]), [attempt_id]
 
 
+def _ended_by_server(att: sqlite3.Row) -> bool:
+    """Whether an ended attempt was ended by the server (its lease or its timeout ran out, its rollout was
+    cancelled) rather than by a report of its own: a report may still come late for the first."""
+    error = att["error"] or ""
+    return (
+        att["status"] == AttemptStatus.lost.value
+        or (att["status"] == AttemptStatus.timeout.value and error.startswith(_TIMED_OUT))
+        or error == _CANCELLED
+    )
+
+
+def _completion_reward(conn: sqlite3.Connection, rollout_id: str, attempt_id: str) -> float | None:
+    """The reward an attempt's completion reported (its stored `returned` reward), or None if it reported none."""
+    row = conn.execute(
+        "SELECT value FROM rewards WHERE rollout_id=? AND attempt_id=? AND source=? AND name=? ORDER BY id DESC LIMIT 1",
+        (rollout_id, attempt_id, RewardSource.returned.value, COMPLETION_REWARD),
+    ).fetchone()
+    return None if row is None else float(row["value"])
+
+
 def expire_leases(conn: sqlite3.Connection, grace_s: float, now: float) -> list[str]:
     """End the running attempts whose lease, or whose rollout's timeout (+ `grace_s`), ran out, and retry or
     fail their rollouts. Returns the attempts it ended."""
@@ -268,7 +312,7 @@ def expire_leases(conn: sqlite3.Connection, grace_s: float, now: float) -> list[
     for row in expired:
         timed_out = row["timeout_s"] is not None and row["started_at"] + row["timeout_s"] + grace_s < now
         status, reason = (
-            (AttemptStatus.timeout, f"ran past its timeout of {row['timeout_s']} s")
+            (AttemptStatus.timeout, f"{_TIMED_OUT} {row['timeout_s']} s")
             if timed_out
             else (AttemptStatus.lost, "lease expired: the worker stopped sending heartbeats")
         )
@@ -298,8 +342,8 @@ def cancel(conn: sqlite3.Connection, rollout_id: str, now: float) -> tuple[Rollo
         r[0] for r in conn.execute("SELECT id FROM attempts WHERE rollout_id=? AND status=?", (rollout_id, _RUNNING))
     ]
     conn.execute(
-        "UPDATE attempts SET status=?, ended_at=?, error='rollout cancelled' WHERE rollout_id=? AND status=?",
-        (AttemptStatus.failed.value, now, rollout_id, _RUNNING),
+        "UPDATE attempts SET status=?, ended_at=?, error=? WHERE rollout_id=? AND status=?",
+        (AttemptStatus.failed.value, now, _CANCELLED, rollout_id, _RUNNING),
     )
     conn.execute(
         "UPDATE rollouts SET status=?, ended_at=? WHERE id=?", (RolloutStatus.cancelled.value, now, rollout_id)
@@ -353,7 +397,7 @@ def add_rewards(conn: sqlite3.Connection, rewards: Sequence[RewardIn]) -> int:
             if r.uid is not None and conn.execute("SELECT 1 FROM rewards WHERE uid=?", (r.uid,)).fetchone():
                 continue  # a re-sent reward that was stored before the attempt ended
             raise ConflictError(f"attempt {r.attempt_id} is {att['status']}: it can no longer report rewards")
-        insert_reward(conn, r)
+        insert_reward(conn, placed(conn, r))
         if att["status"] == AttemptStatus.succeeded.value:
             succeeded.add(r.attempt_id)
     for attempt_id in succeeded:  # rewards computed after the attempt succeeded (AIR)

@@ -164,7 +164,8 @@ class Store:
         agent_scopes: int | None = None,
         elsewhere: lifecycle.Elsewhere | None = None,
     ) -> Future[Rollout]:
-        """Report an attempt's outcome once; a repeated identical report is a no-op (idempotent).
+        """Report an attempt's outcome once; a repeated identical report (same status and reward) is a no-op
+        (idempotent), one that disagrees with the first raises ConflictError (the first stands).
 
         `agent_scopes`: how many agent scopes the attempt opened; with any, its calls that came through an HTTP
         client agl does not patch are marked `missed` (their agent name was lost, see `missed_attribution`).
@@ -226,7 +227,9 @@ class Store:
 
     def add_rewards(self, rewards: Sequence[RewardIn]) -> Future[int]:
         """Store rewards; all or none. The agent's own rewards (explicit, returned) are accepted only while its
-        attempt may still report; rewards computed afterwards from the trace (automatic, AIR) at any time."""
+        attempt may still report, and placed after the attempt's last call answered before them where their own
+        position is earlier (agl.store.placement); rewards computed afterwards from the trace (automatic, AIR) at any
+        time."""
         return self.submit(lambda conn: lifecycle.add_rewards(conn, rewards))
 
     def add_llm_call(self, call: LLMCall) -> Future[None]:
