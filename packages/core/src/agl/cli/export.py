@@ -104,6 +104,17 @@ def print_summary(selection: AgentSelection, stats: BuildStats, console: Console
             soft_wrap=True,
         )
     console.print(f"{stats.transitions} transitions from {stats.episodes} of {stats.rollouts} rollouts")
+    dropped = sum(stats.dropped_rewards.values())
+    if dropped:  # rewards of kept rollouts that no transition received: never silently
+        console.print(
+            f"[yellow]{dropped} reward(s) dropped: "
+            + ", ".join(f"{why} {n}" for why, n in stats.dropped_rewards.most_common())
+            + " (placed before any kept LLM call of their attempt: emitted before the first call, or after calls"
+            " only of agents the selection leaves out)[/yellow]",
+            soft_wrap=True,
+        )
+    else:
+        console.print("rewards dropped: 0")
     if stats.dropped_rollouts:  # why the others gave none: e.g. "every LLM call bypassed agl 3", not a selection
         console.print(
             "rollouts left out: " + ", ".join(f"{why} {n}" for why, n in stats.dropped_rollouts.most_common()),

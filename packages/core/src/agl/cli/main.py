@@ -12,6 +12,7 @@ from typing import Any, NoReturn
 import click
 
 from agl._version import __version__
+from agl.cli.secrets import forbid_dumping, token_options
 from agl.learn.selection import AgentSelection
 
 log = logging.getLogger("agl.worker")
@@ -24,9 +25,7 @@ SERVER_OPTION = click.option(
     show_default=True,
     help="URL of the agl server (env AGL_SERVER_URL).",
 )
-TOKEN_OPTION = click.option(
-    "--token", envvar="AGL_TOKEN", default=None, help="Bearer token of the server (env AGL_TOKEN)."
-)
+TOKEN_OPTION = token_options  # --token and --token-file
 
 
 def _client(server_url: str, token: str | None) -> Any:
@@ -223,6 +222,14 @@ def cli() -> None:
     " in their headers or body are closed first, then new ones get 503.",
 )
 @click.option(
+    "--max-abs-reward",
+    default=1000.0,
+    show_default=True,
+    type=click.FloatRange(min=0, min_open=True),
+    help="Rewards are accepted in [-M, M]: one outside (or not finite), reported through the REST API or with an"
+    " attempt's completion, is refused with 400 and nothing of its request is stored.",
+)
+@click.option(
     "--log-level", default="warning", show_default=True, type=click.Choice(["debug", "info", "warning", "error"])
 )
 def serve(
@@ -251,6 +258,7 @@ def serve(
     send_timeout: float,
     hold_drain_timeout: float,
     max_connections: int | None,
+    max_abs_reward: float,
     log_level: str,
 ) -> None:
     """Start the agl server: store REST API (/api/v1, OpenAPI at /openapi.json), OTLP/HTTP receiver
@@ -264,6 +272,7 @@ def serve(
     from agl.server.proxy import UpstreamConfig
 
     logging.basicConfig(level=log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    forbid_dumping()  # no process of this user reads the token from /proc/<pid>/environ (agl.cli.secrets)
     settings = ServerSettings(
         run_dir=run_dir,
         host=host,
@@ -274,6 +283,7 @@ def serve(
         allowed_hosts=allowed_hosts,
         max_spans_per_request=max_spans_per_request,
         hold_drain_max_s=hold_drain_timeout,
+        max_abs_reward=max_abs_reward,
         connections=ConnectionLimits(
             max_head_bytes=int(max_header_kb * 1024),
             head_timeout_s=header_timeout,
@@ -330,6 +340,7 @@ def _run_worker(
 ) -> dict[str, int]:
     from agl.capture.runner import Runner, RunnerOptions
 
+    forbid_dumping()  # in each worker process (the flag does not pass to a spawned one): see agl.cli.secrets
     runner = Runner(load_agent(agent_spec), server_url, token=token, options=RunnerOptions(**options))
     stats = runner.run(max_rollouts=max_rollouts, idle_exit_s=idle_exit_s)
     return {
@@ -337,6 +348,7 @@ def _run_worker(
         "failed": stats.failed,
         "timeout": stats.timeout,
         "superseded": stats.superseded,
+        "discarded": stats.discarded,
     }
 
 
