@@ -185,3 +185,5 @@ def test_a_bad_limit_is_refused_by_name(field: str, value: object) -> None:
         agl.Sandbox(kind="container")
     with pytest.raises(ValueError, match="a list of paths, not one path"):
         agl.Sandbox(read_only="/data")  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="writable names paths that do not exist: /no/such/folder"):
+        agl.run_sandboxed(["true"], cwd="/tmp", sandbox=agl.Sandbox(writable=["/no/such/folder"]))

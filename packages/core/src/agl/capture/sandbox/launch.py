@@ -119,6 +119,12 @@ class Launch:
         # a program named by a path runs by that path, normalised: `/x/../y` needs `/x` inside, which may not be there
         program = os.path.abspath(argv[0]) if os.sep in argv[0] else argv[0]
         self.argv = [program, *argv[1:]]
+        for kind, paths in (("read_only", sandbox.read_only), ("writable", sandbox.writable)):
+            missing = [p for p in paths if not os.path.exists(p)]
+            if missing:
+                raise ValueError(f"agl sandbox: {kind} names paths that do not exist: {', '.join(missing)}")
+        if not os.path.isdir(cwd):
+            raise ValueError(f"agl sandbox: the working folder {cwd} does not exist")
         self.sandbox = sandbox
         self.cwd = os.path.abspath(cwd)
         self.home = os.path.abspath(home)
