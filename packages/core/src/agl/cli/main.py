@@ -395,6 +395,7 @@ def worker(
     logging.basicConfig(level=log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     if heartbeat_s >= lease_s:
         _fail(f"--heartbeat ({heartbeat_s}) must be shorter than --lease ({lease_s})")
+    forbid_dumping()  # this process holds the token too, whether it runs the rollouts or starts processes that do
     from agl.capture.tracing.context import fixed_llm_base_url
     from agl.protocol import ENV_LLM_BASE_URL
 

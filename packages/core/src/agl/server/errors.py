@@ -113,7 +113,8 @@ class ErrorBody(BaseModel):
 _ANSWERS = {
     400: "bad input: the message says which part (an unknown Host, invalid JSON or gzip, a bad value)",
     401: "missing or wrong bearer token (servers started with --token)",
-    403: "a cross-site request, or an attempt's credential used beyond its own attempt",
+    403: "a cross-site request, or an attempt's credential used beyond its own attempt (an LLM-only credential on"
+    " anything but its attempt's LLM routes)",
     404: "the rollout, attempt or task does not exist",
     409: "the attempt or rollout is in a state that refuses this (ended, taken over, cancelled); LLM calls still "
     "in flight when a hold's drain time ran out",
