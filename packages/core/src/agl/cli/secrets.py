@@ -77,10 +77,8 @@ def token_options(command: Callable[..., Any]) -> Callable[..., Any]:
     with_token = click.option(
         "--token-file",
         type=click.Path(dir_okay=False, path_type=Path),
-        envvar="AGL_TOKEN_FILE",
         default=None,
-        help="Read the bearer token from this file (env AGL_TOKEN_FILE): unlike --token, it appears in no command"
-        " line.",
+        help="Read the bearer token from this file (its first line): unlike --token, it appears in no command line.",
     )(with_token)
     return click.option(
         "--token",
