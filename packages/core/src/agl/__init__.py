@@ -74,6 +74,7 @@ if TYPE_CHECKING:  # the same names, for type checkers (the `as` form marks them
     from agl.capture.decorator import rollout as rollout
     from agl.capture.llm import LLM as LLM
     from agl.capture.runner import Runner as Runner
+    from agl.capture.runner import RunnerOptions as RunnerOptions
     from agl.capture.sandbox.files import read_agent_file as read_agent_file
     from agl.capture.sandbox.launch import SandboxUnavailable as SandboxUnavailable
     from agl.capture.sandbox.policy import Limits as Limits
@@ -81,7 +82,6 @@ if TYPE_CHECKING:  # the same names, for type checkers (the `as` form marks them
     from agl.capture.sandbox.run import SandboxedRun as SandboxedRun
     from agl.capture.sandbox.run import run_sandboxed as run_sandboxed
     from agl.capture.sandbox.run import sandboxed as sandboxed
-    from agl.capture.runner import RunnerOptions as RunnerOptions
     from agl.capture.tool_runs import record_tool_runs as record_tool_runs
     from agl.capture.tracing.context import allow_external_llm as allow_external_llm
     from agl.capture.tracing.context import current_agent as current_agent

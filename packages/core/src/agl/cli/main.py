@@ -396,6 +396,8 @@ def worker(
     if heartbeat_s >= lease_s:
         _fail(f"--heartbeat ({heartbeat_s}) must be shorter than --lease ({lease_s})")
     forbid_dumping()  # this process holds the token too, whether it runs the rollouts or starts processes that do
+    if token:  # for the in-process helpers that read it (agl.configure_otel); never passed to a command it runs
+        os.environ["AGL_TOKEN"] = token
     from agl.capture.tracing.context import fixed_llm_base_url
     from agl.protocol import ENV_LLM_BASE_URL
 
