@@ -164,6 +164,12 @@ elif mode == "daemon":
     time.sleep(0.5)
     say("left a daemon behind")
 
+elif mode == "test_bomb":  # a "fix" whose test is a fork bomb: it goes off when the evaluator runs the tests
+    Path("test_answer.py").write_text(
+        "import os\nwhile True:\n    try:\n        os.fork()\n    except OSError:\n        pass\n"
+    )
+    say("left a test behind")
+
 elif mode == "ignore_sigterm":
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
     say("ignoring SIGTERM")

@@ -47,6 +47,11 @@ def attack(task: dict[str, Any], llm: agl.LLM) -> float:
                 said = f"not read: {exc}"
             tests = agl.run_sandboxed(["cat", "answer.txt", "root_link/etc/hostname"], cwd=ws, timeout_s=30)
             agl.emit_reward(0.0, name="evaluated", read=said, tests=tests.stdout.decode())
+        if task["mode"] == "test_bomb":  # the evaluator runs the test it left: in a sandbox too
+            tests = agl.run_sandboxed(
+                [sys.executable, "test_answer.py"], cwd=ws, timeout_s=30, sandbox=agl.Sandbox(limits=LIMITS)
+            )
+            agl.emit_reward(0.0, name="evaluated", breaches=tests.breaches)
         if task["mode"] == "write_outside":  # what is beside the workspace on this side: the home and transcripts
             agl.emit_reward(0.0, name="evaluated", beside=sorted(p.name for p in ws.parent.iterdir()))
         (shared / f"done-{task['mode']}").write_text(str(done.returncode))

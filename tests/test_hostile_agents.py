@@ -9,7 +9,7 @@ workspace); read a secret in the user's home, the store and another rollout's fi
 evaluator then reads; reach a canary server on another local port, agl's REST API with the key it was given or a
 guessed one; post its own reward and complete its own attempt; read the operator token through /proc; signal the
 worker and the server; a fork bomb, a memory bomb, filling the disk; a daemon left behind; a program that ignores
-SIGTERM past its time limit."""
+SIGTERM past its time limit; a test that is a fork bomb, run by the evaluator."""
 
 from __future__ import annotations
 
@@ -83,6 +83,7 @@ def hostile_run(tmp_path_factory: pytest.TempPathFactory, agl_upstream: str) -> 
         "fill_disk": {"timeout_s": 20},
         "daemon": {"plan": {"beat": str(beats / "daemon")}, "writable": [str(beats)]},
         "ignore_sigterm": {"timeout_s": 3},
+        "test_bomb": {},
     }  # fmt: skip
     env = {"HOME": str(home), "AGL_TOKEN": TOKEN}
     worker = start_worker(APP, server.url, concurrency=len(attacks) + 1, env=env, log_path=base / "worker.log")
@@ -159,6 +160,10 @@ def test_each_limit_breached_is_recorded_and_ends_the_command(hostile_run: dict[
         assert cli.status.value == "error" and limit in str(cli.status_message)
     (cli,) = [s for s in details["ignore_sigterm"].spans if s.name.startswith("cli:")]
     assert "timed out" in str(cli.status_message)
+    # the evaluator's own run of a test the agent left: stopped at the limit and recorded as well
+    assert "sandbox.limit:processes" in [s.name for s in details["test_bomb"].spans]
+    (evaluated,) = [r for r in details["test_bomb"].rewards if r.name == "evaluated"]
+    assert any("processes" in b for b in evaluated.metadata["breaches"])
 
 
 def test_no_process_outlives_its_rollout(hostile_run: dict[str, Any]) -> None:

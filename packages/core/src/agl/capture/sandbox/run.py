@@ -22,6 +22,7 @@ from typing import Any
 
 from agl.capture.sandbox.launch import Launch, launch_class
 from agl.capture.sandbox.policy import Sandbox, as_sandbox, warn_bare_once
+from agl.capture.tracing.spans import record_span
 
 _OUTPUT_CAP = 16 * 2**20  # what run_sandboxed keeps of each stream: a program cannot fill the worker's memory
 
@@ -48,7 +49,7 @@ def run_sandboxed(
 ) -> SandboxedRun:
     """Run `argv` in `cwd` in a sandbox and wait for it, at most `timeout_s`; its output is kept (each stream up to
     16 MiB). Never raises for the program's own failure; raises `SandboxUnavailable` where the sandbox cannot start."""
-    started = time.monotonic()
+    started, started_at = time.monotonic(), time.time()
     timed_out = False
     with contextlib.ExitStack() as stack:
         handle = stack.enter_context(_Handle.open(argv, cwd=cwd, sandbox=sandbox, env=env))
@@ -63,6 +64,7 @@ def run_sandboxed(
     if handle.launch is not None and handle.launch.start_error:
         stderr += f"agl: the command did not start: {handle.launch.start_error}\n".encode()
     breaches = handle.breaches()
+    handle.record_breaches(started_at)
     if timed_out:
         breaches.append(f"the command's time limit ({timeout_s:g} s) was reached")
     code = None if timed_out else handle.exit_code()
@@ -80,12 +82,14 @@ def sandboxed(
 ) -> Iterator[subprocess.Popen[bytes]]:
     """A `subprocess.Popen` of `argv` in a sandbox (`popen`: stdin, stdout, stderr as for Popen). Killing its process
     group (`os.killpg(p.pid, signal.SIGKILL)`) or leaving the block ends the sandbox and every process in it."""
+    started_at = time.time()
     with _Handle.open(argv, cwd=cwd, sandbox=sandbox, env=env) as handle:
         process = handle.start(**popen)
         try:
             yield process
         finally:
             handle.stop()
+    handle.record_breaches(started_at)
 
 
 class _Handle:
@@ -162,6 +166,20 @@ class _Handle:
 
     def breaches(self) -> list[str]:
         return [b.describe() for b in self.launch.breaches] if self.launch is not None else []
+
+    def record_breaches(self, started_at: float) -> None:
+        """Each limit it breached, as a span `sandbox.limit:<limit>` in the rollout (none outside one)."""
+        if self.launch is None:
+            return
+        for breach in self.launch.breaches:
+            record_span(
+                f"sandbox.limit:{breach.limit}",
+                kind="sandbox",
+                start_time=started_at,
+                status="error",
+                status_message=breach.describe(),
+                attributes={"sandbox.limit": breach.limit, "sandbox.program": os.path.basename(self.argv[0])},
+            )
 
     def left_behind(self) -> int:
         return self.launch.left_behind if self.launch is not None else 0
