@@ -153,7 +153,7 @@ test: $(STAMP) $(HARNESS_STAMP) sandbox $(if $(AGL_SKIP_VLLM_TESTS),,$(VLLM_STAM
 	OMP_NUM_THREADS=$(TEST_THREADS) AGL_ALLOWED_SKIPS="$(ALLOWED_SKIPS)" $(BIN)/python -m pytest -n $(TEST_PROCESSES) --dist loadscope --no-loadscope-reorder --durations=40
 
 # The fast tier: unit tests and quick integration tests, no test marked slow (no vLLM, no training runs).
-test-fast: $(STAMP)
+test-fast: $(STAMP) sandbox
 	$(BIN)/python -m pytest -m "not slow"
 
 # Each adapter alone in a fresh environment with the newest release of its framework and of openai, and the coding
