@@ -24,9 +24,10 @@ from agl.client import API, Client
 from agl.common.asgi import ThreadedServer
 from agl.common.processes import start_server
 from agl.schema import LLMCall
-from agl.server.app import ServerSettings, create_app
+from agl.server.app import create_app
 from agl.server.call_record import parse_chat
 from agl.server.proxy import UpstreamConfig
+from agl.server.settings import ServerSettings
 from agl.testing.upstream import read_body, respond_json
 
 CAP = 1024 * 1024  # the server under test reads answers and SSE events up to this many bytes

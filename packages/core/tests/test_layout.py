@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 import agl
-from agl.common.layout import STAGES, graph, imports, stage, upward_imports
+from agl.common.layout import STAGES, cycles, graph, imports, stage, upward_imports
 
 ROOT = Path(agl.__file__).parent
 DEPRECATED = {
@@ -27,6 +27,24 @@ def test_no_module_imports_a_stage_above_its_own() -> None:
     assert {"agl.capture.runner", "agl.learn.credit", "agl.store.lifecycle", "agl.server.proxy"} <= set(modules)
     upward = [line for name, targets in modules.items() for line in upward_imports(name, targets)]
     assert not upward, "\n".join(upward)
+
+
+def test_no_import_circles() -> None:
+    """No two modules import each other, directly or round a longer loop, even lazily or for types only."""
+    assert cycles(graph(ROOT)) == []
+
+
+def test_the_circle_check_is_not_vacuous() -> None:
+    """A loop of three is found, a package importing its own submodule is not a loop, `agl` itself is left out."""
+    modules = {
+        "agl.a": {"agl.b"}, "agl.b": {"agl.c"}, "agl.c": {"agl.a", "agl"}, "agl": {"agl.a"},
+        "agl.p": {"agl.p.m"}, "agl.p.m": {"agl.p"}, "agl.d": set(),
+    }  # fmt: skip
+    assert cycles(modules) == [["agl.a", "agl.b", "agl.c"]]
+    assert cycles({**modules, "agl.d": {"agl.e"}, "agl.e": {"agl.d"}}) == [
+        ["agl.a", "agl.b", "agl.c"],
+        ["agl.d", "agl.e"],
+    ]
 
 
 def test_every_module_belongs_to_a_folder_of_its_stage() -> None:

@@ -11,7 +11,8 @@ from pathlib import Path
 import pytest
 
 from agl.schema import TaskIn
-from agl.server.app import Server, ServerSettings
+from agl.server.app import Server
+from agl.server.settings import ServerSettings
 from agl.store import Store, StoreUnavailable
 from agl.store import writer as writer_module
 

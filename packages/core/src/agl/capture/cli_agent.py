@@ -42,11 +42,12 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import IO
-from urllib.parse import quote, urlsplit
+from urllib.parse import urlsplit
 
 from agl.capture.egress import PROXY_VARIABLES, EgressMode, EgressRecorder
-from agl.capture.llm import LLM
-from agl.capture.sandbox.launch import PLACEHOLDER_KEY, LlmRoute, launch_class
+from agl.capture.llm import LLM, agent_url
+from agl.capture.sandbox.kinds import launch_class
+from agl.capture.sandbox.launch import PLACEHOLDER_KEY, LlmRoute
 from agl.capture.sandbox.policy import Sandbox, as_sandbox, warn_bare_once
 from agl.capture.tracing.spans import record_span
 
@@ -115,13 +116,6 @@ def _rollout_root(folder: Path) -> Path | None:
         if (parent / _MARKER).is_file() and (parent / "workspace") in (where, *where.parents):
             return parent
     return None
-
-
-def agent_url(llm: LLM, agent: str | None) -> str:
-    """The attempt's LLM URL, naming `agent` when given (`.../agent/NAME/v1`)."""
-    if agent is None:
-        return llm.base_url
-    return f"{llm.anthropic_base_url}/agent/{quote(agent, safe='')}/v1"  # the URL without its /v1, as there
 
 
 def cli_environment(llm: LLM, agent: str | None, extra: Mapping[str, str] | None = None) -> dict[str, str]:

@@ -12,6 +12,7 @@ from __future__ import annotations
 import threading
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
+from urllib.parse import quote
 
 if TYPE_CHECKING:
     import asyncio
@@ -36,8 +37,6 @@ class LLM:
     def for_agent(self, agent: str) -> LLM:
         """This endpoint for a process agl's HTTP hook is not in (a command-line agent): its URL names `agent`
         (`.../agent/NAME/v1`), so its calls are stored under that agent without agl's headers."""
-        from agl.capture.cli_agent import agent_url
-
         return LLM(agent_url(self, agent), self.model, self.api_key)
 
     def openai_kwargs(self) -> dict[str, str]:
@@ -52,6 +51,13 @@ class LLM:
     def async_openai_client(self, **options: Any) -> openai.AsyncOpenAI:
         """An `openai.AsyncOpenAI` for this endpoint sharing the running loop's connection pool."""
         return shared_async_openai(self, **options)
+
+
+def agent_url(llm: LLM, agent: str | None) -> str:
+    """The attempt's LLM URL, naming `agent` when given (`.../agent/NAME/v1`)."""
+    if agent is None:
+        return llm.base_url
+    return f"{llm.anthropic_base_url}/agent/{quote(agent, safe='')}/v1"  # the URL without its /v1, as there
 
 
 _lock = threading.Lock()

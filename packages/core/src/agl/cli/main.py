@@ -266,10 +266,10 @@ def serve(
 
     Prints `AGL_SERVER_READY <url>` once it accepts connections.
     """
-    from agl.server.app import ServerSettings
     from agl.server.app import serve as run_server
     from agl.server.connections import ConnectionLimits
     from agl.server.proxy import UpstreamConfig
+    from agl.server.settings import ServerSettings
 
     logging.basicConfig(level=log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     forbid_dumping()  # no process of this user reads the token from /proc/<pid>/environ (agl.cli.secrets)

@@ -94,3 +94,62 @@ def upward_imports(name: str, targets: set[str]) -> list[str]:
         if stage(target) > stage(name):
             out.append(f"{name} ({STAGES[stage(name)][0]}) imports {target} ({STAGES[stage(target)][0]})")
     return out
+
+
+def cycles(modules: dict[str, set[str]], *, ignore: frozenset[str] = frozenset({"agl"})) -> list[list[str]]:
+    """The import circles among `modules` (a `graph`): each strongly connected group of two or more modules, sorted.
+    `ignore`: modules whose imports are judged by what they name (a package's public face, `from agl import x`). A
+    module's import of a package it is in is no edge: Python has run that package's `__init__` before the module
+    (`from agl.store import rows` in `agl.store.lifecycle` names `rows`, not a dependency on `agl.store`)."""
+    edges = {
+        m: sorted(t for t in targets if t in modules and t not in ignore and not _within(m, t))
+        for m, targets in modules.items()
+    }
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    found: list[list[str]] = []
+
+    def visit(start: str) -> None:  # Tarjan's algorithm, iterative (deep packages would overflow recursion)
+        work = [(start, iter(edges[start]))]
+        index[start] = low[start] = len(index)
+        stack.append(start)
+        on_stack.add(start)
+        while work:
+            node, targets = work[-1]
+            advanced = False
+            for target in targets:
+                if target not in index:
+                    index[target] = low[target] = len(index)
+                    stack.append(target)
+                    on_stack.add(target)
+                    work.append((target, iter(edges[target])))
+                    advanced = True
+                    break
+                if target in on_stack:
+                    low[node] = min(low[node], index[target])
+            if advanced:
+                continue
+            work.pop()
+            if work:
+                low[work[-1][0]] = min(low[work[-1][0]], low[node])
+            if low[node] == index[node]:
+                group = []
+                while True:
+                    member = stack.pop()
+                    on_stack.discard(member)
+                    group.append(member)
+                    if member == node:
+                        break
+                if len(group) > 1:
+                    found.append(sorted(group))
+
+    for module in sorted(edges):
+        if module not in index and module not in ignore:
+            visit(module)
+    return sorted(found)
+
+
+def _within(module: str, package: str) -> bool:
+    return module == package or module.startswith(package + ".")

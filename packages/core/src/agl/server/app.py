@@ -17,7 +17,6 @@ import signal
 import time
 from collections.abc import AsyncIterator, Callable
 from concurrent.futures import Future
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -29,7 +28,7 @@ from starlette.responses import JSONResponse, Response
 
 from agl._version import __version__
 from agl.server import routes_llm, routes_rollouts, routes_server, routes_traces, routes_training
-from agl.server.connections import ConnectionLimits, guarded_protocol
+from agl.server.connections import guarded_protocol
 from agl.server.errors import (
     allowed_methods,
     describe_validation,
@@ -46,39 +45,14 @@ from agl.server.middleware import (
     DashboardHeadersMiddleware,
     SpanBodyGuard,
 )
-from agl.server.otlp import DEFAULT_MAX_SPANS
-from agl.server.proxy import LLMProxy, UpstreamConfig
-from agl.server.reward_range import DEFAULT_MAX_ABS_REWARD
+from agl.server.proxy import LLMProxy
 from agl.server.routes_llm import ProxyFastPath
+from agl.server.settings import ServerSettings
 from agl.store import ConflictError, NotFoundError, Store, StoreUnavailable
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
 HEALTH_REUSE_S = 1.0  # how long a probe write that went through stands for the store being writable
-
-
-@dataclass
-class ServerSettings:
-    run_dir: Path
-    host: str = "127.0.0.1"
-    port: int = 8765
-    token: str | None = None
-    upstream: UpstreamConfig = field(default_factory=lambda: UpstreamConfig(base_url=None))
-    served_model: str = "agl-policy"
-    max_body_bytes: int = 32 * 1024 * 1024
-    sweep_interval_s: float = 1.0
-    # Host names the server answers to besides localhost, loopback addresses and the bound address
-    allowed_hosts: tuple[str, ...] = ()
-    # how long /healthz waits for a write to go through before it answers 503
-    health_timeout_s: float = 5.0
-    # the longest a hold on new LLM calls keeps them waiting while the calls in flight drain (agl.server.call_gate)
-    hold_drain_max_s: float = 30.0
-    # spans one OTLP export request may hold (413 past it)
-    max_spans_per_request: int = DEFAULT_MAX_SPANS
-    # what a connection may cost before its request reaches the app (agl.server.connections)
-    connections: ConnectionLimits = field(default_factory=ConnectionLimits)
-    # rewards are accepted in [-max_abs_reward, max_abs_reward] (agl.server.reward_range)
-    max_abs_reward: float = DEFAULT_MAX_ABS_REWARD
 
 
 _LOOPBACK_NAMES = frozenset({"localhost", "127.0.0.1", "::1"})

@@ -15,7 +15,7 @@ from agl.server.errors import unknown_llm_route
 from agl.server.proxy import LLMProxy
 
 if TYPE_CHECKING:
-    from agl.server.app import Server
+    from agl.server.context import ServerContext
 
 _CHAT_PATH = re.compile(r"^/rollout/([^/]+)/attempt/([^/]+)/v1/chat/completions/?$")
 _ANY_METHOD = ["GET", "POST", "PUT", "PATCH", "DELETE"]
@@ -40,7 +40,7 @@ class ProxyFastPath:
         await self.app(scope, receive, send)
 
 
-def add_routes(app: FastAPI, server: Server) -> None:
+def add_routes(app: FastAPI, server: ServerContext) -> None:
     """Registered after every other `/v1/...` route: the catch-alls here would answer those otherwise."""
     proxy = server.proxy
 

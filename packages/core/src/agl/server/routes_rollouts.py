@@ -34,12 +34,12 @@ from agl.server.reward_range import check_rewards
 from agl.server.routes_server import API
 
 if TYPE_CHECKING:
-    from agl.server.app import Server
+    from agl.server.context import ServerContext
 
 log = logging.getLogger(__name__)
 
 
-def add_routes(app: FastAPI, server: Server) -> None:
+def add_routes(app: FastAPI, server: ServerContext) -> None:
     store = server.store
 
     @app.post(f"{API}/tasks", tags=["tasks"], status_code=201)

@@ -12,12 +12,12 @@ from agl._version import __version__
 from agl.server.middleware import HEALTH_PATH
 
 if TYPE_CHECKING:
-    from agl.server.app import Server
+    from agl.server.context import ServerContext
 
 API = "/api/v1"  # the REST API's prefix, shared by every route module
 
 
-def add_routes(app: FastAPI, server: Server) -> None:
+def add_routes(app: FastAPI, server: ServerContext) -> None:
     store = server.store
 
     @app.api_route(HEALTH_PATH, methods=["GET", "HEAD"], tags=["server"])

@@ -20,7 +20,7 @@ from agl.server.span_caps import TooManySpans
 from agl.store import NotFoundError
 
 if TYPE_CHECKING:
-    from agl.server.app import Server
+    from agl.server.context import ServerContext
 
 
 def _only_own(request: Request, items: Sequence[SpanIn | RewardIn], what: str) -> None:
@@ -34,7 +34,7 @@ def _only_own(request: Request, items: Sequence[SpanIn | RewardIn], what: str) -
         raise PermissionError(f"this credential belongs to attempt {attempt}: it cannot report {what} of {shown}")
 
 
-def add_routes(app: FastAPI, server: Server) -> None:
+def add_routes(app: FastAPI, server: ServerContext) -> None:
     """`POST /api/v1/spans` and `POST /api/v1/rewards`."""
     store = server.store
 
@@ -61,7 +61,7 @@ def add_routes(app: FastAPI, server: Server) -> None:
         return {"stored": await server.written(store.add_rewards(rewards))}
 
 
-def add_otlp_route(app: FastAPI, server: Server) -> None:
+def add_otlp_route(app: FastAPI, server: ServerContext) -> None:
     """`POST /v1/traces`, the OTLP/HTTP receiver: registered before the LLM proxy's catch-all `/v1/...` route."""
     store = server.store
 

@@ -18,10 +18,10 @@ from agl.server.routes_server import API
 from agl.store import NotFoundError
 
 if TYPE_CHECKING:
-    from agl.server.app import Server
+    from agl.server.context import ServerContext
 
 
-def add_routes(app: FastAPI, server: Server) -> None:
+def add_routes(app: FastAPI, server: ServerContext) -> None:
     store, proxy = server.store, server.proxy
 
     @app.post(f"{API}/model_versions", tags=["models"], status_code=201)

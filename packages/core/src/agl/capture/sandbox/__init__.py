@@ -9,6 +9,7 @@ Read in the order the data flows:
 - `llm_relay`: the host end of its one way to agl (the attempt's LLM routes, nothing else);
 - `cgroups`: kernel-enforced process and memory limits where a cgroup may be made;
 - `launch`: one sandboxed command on the host's side, set up, started, stopped, reported;
-- `run`: `run_sandboxed` and `sandboxed`, what evaluators call;
-- `container`: the same rules in a container (podman, docker) when a task names an image.
+- `container`: the same rules in a container (podman, docker) when a task names an image;
+- `kinds`: which launcher a sandbox's kind uses (bubblewrap's, or the container's);
+- `run`: `run_sandboxed` and `sandboxed`, what evaluators call.
 """

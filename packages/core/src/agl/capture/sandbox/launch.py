@@ -45,15 +45,6 @@ class SandboxUnavailable(RuntimeError):
     """The sandbox cannot start on this machine; the message says how to install it or how to opt out."""
 
 
-def launch_class(sandbox: Sandbox) -> type[Launch]:
-    """bubblewrap's `Launch`, or the container's for `kind="container"`."""
-    if sandbox.kind == "container":
-        from agl.capture.sandbox.container import ContainerLaunch
-
-        return ContainerLaunch
-    return Launch
-
-
 @dataclass(frozen=True)
 class LlmRoute:
     """The attempt a sandboxed command may call: agl's server, the attempt's path (`/rollout/R/attempt/A`, the URL

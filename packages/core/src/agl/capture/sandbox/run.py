@@ -20,7 +20,8 @@ from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from agl.capture.sandbox.launch import Launch, launch_class
+from agl.capture.sandbox.kinds import launch_class
+from agl.capture.sandbox.launch import Launch
 from agl.capture.sandbox.policy import Sandbox, as_sandbox, warn_bare_once
 from agl.capture.tracing.spans import record_span
 
