@@ -61,7 +61,7 @@ from _common import (
     serve,
     stream_answer,
 )
-from attacks_issue41 import (
+from attacks_on_requests_and_streams import (
     attack_health_flood,
     attack_hostile_upstream,
     attack_proxy_body,

@@ -1,4 +1,4 @@
-"""The attacks of issue #41 on `agl serve` (slow bodies, trailers, span and proxy body amplification, stalled
+"""Attacks on `agl serve`'s requests and streams (slow bodies, trailers, span and proxy body amplification, stalled
 readers under a hold, a hostile upstream, a health flood), run by bench_server_attacks.py; each returns the figures
 it prints."""
 
