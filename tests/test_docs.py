@@ -87,8 +87,28 @@ def test_the_site_builds_strict_and_a_broken_link_fails_it(tmp_path: Path) -> No
 
 def test_the_readme_is_a_front_page_that_links_into_the_site() -> None:
     text = (REPO / "README.md").read_text()
-    assert len(text.splitlines()) <= 150
+    assert len(text.splitlines()) <= 120 and len(text.encode()) <= 10 * 1024  # a front page, not the manual
     linked = set(re.findall(r"\]\((docs/[^)#]+\.md)", text))
     assert linked and all((REPO / page).is_file() for page in linked), sorted(linked)
     pages = {str(p.relative_to(REPO)) for p in (REPO / "docs").rglob("*.md") if "_hooks" not in p.parts}
     assert pages - {"docs/index.md"} <= linked, sorted(pages - linked)  # every page is reachable from the front page
+
+
+ISSUE_NUMBER = re.compile(r"\bissues? ?#?\d+|\(#\d+\)", re.IGNORECASE)
+
+
+def test_no_issue_numbers_in_what_users_read_nor_in_file_names() -> None:
+    """The project's history is the CHANGELOG's: the README, the docs and the package READMEs say what things are,
+    and no file is named after the issue that brought it."""
+    pages = [REPO / "README.md", REPO / "benchmarks" / "README.md", *(REPO / "packages").glob("*/README.md")]
+    pages += [p for p in (REPO / "docs").rglob("*.md") if "_hooks" not in p.parts]
+    said = {str(p.relative_to(REPO)): ISSUE_NUMBER.findall(p.read_text()) for p in pages}
+    assert not {page: found for page, found in said.items() if found}
+    named = []
+    for folder, subfolders, files in os.walk(REPO):  # the repository's own files: environments and builds pruned
+        subfolders[:] = [
+            d for d in subfolders if not d.startswith((".", "node_modules", "site", "runs", "__pycache__"))
+        ]
+        named += [os.path.join(folder, n) for n in subfolders + files if re.search(r"issue[_-]?\d+", n, re.I)]
+    assert not named
+    assert ISSUE_NUMBER.search("done (issue #51)") and ISSUE_NUMBER.search("see #12") is None
