@@ -144,7 +144,7 @@ ALLOWED_SKIPS ?= Google ADK is not installed|AGL_SKIP_
 # Two processes (pytest-xdist): most tests wait on servers, workers and subprocesses, so a second process fills the
 # cores; a module stays in one process (its fixtures built once), the longest first (conftest.py). Each process's
 # torch (and the trainers and workers it starts) gets one OpenMP thread: with a thread per core in each, OpenMP's
-# threads spin-wait for each other on a busy machine (agl_trainer.run_setup.split_cores_with_vllm measured
+# threads spin-wait for each other on a busy machine (agl_trainer.run.setup.split_cores_with_vllm measured
 # generation falling from ~50 to 1-3 tokens/s so), and in CI the heaviest tests ran past 600 s beside the
 # newest-release jobs. vLLM's servers set their own. TEST_PROCESSES=0 TEST_THREADS=<cores>: one process, as before.
 TEST_PROCESSES ?= 2

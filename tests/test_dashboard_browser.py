@@ -15,8 +15,8 @@ from typing import Any
 import pytest
 
 from agl.common.processes import ServerProcess, start_server
-from agl_trainer.loop import TrainingRun
 from agl_trainer.models import build_tiny_llama
+from agl_trainer.run.loop import TrainingRun
 from tests.test_train_e2e import config
 
 pytestmark = pytest.mark.slow

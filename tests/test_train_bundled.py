@@ -13,9 +13,9 @@ from safetensors.torch import load_file
 
 from agl.store import Store
 from agl_trainer.examples import calculator
-from agl_trainer.loop import TrainConfig, TrainingRun
 from agl_trainer.models import load_model, resolve_model
-from agl_trainer.policy import PolicyConfig
+from agl_trainer.policy.trainer import PolicyConfig
+from agl_trainer.run.loop import TrainConfig, TrainingRun
 
 pytestmark = pytest.mark.slow
 

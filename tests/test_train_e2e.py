@@ -16,9 +16,9 @@ import pytest
 from safetensors.torch import load_file
 
 from agl.store import Store
-from agl_trainer.loop import TrainConfig, TrainingRun
 from agl_trainer.models import build_tiny_llama
-from agl_trainer.policy import PolicyConfig
+from agl_trainer.policy.trainer import PolicyConfig
+from agl_trainer.run.loop import TrainConfig, TrainingRun
 
 pytestmark = pytest.mark.slow
 AGENT = str(Path(__file__).resolve().parent / "train_agents.py") + ":parity_agent"
@@ -167,7 +167,7 @@ def test_training_with_the_engine_in_another_process(tmp_path: Path) -> None:
     into it, so the calls after the update are served by the new weights (stored under the new version)."""
     import dataclasses
 
-    from agl_trainer.remote_engine import agl_engine
+    from agl_trainer.engines.remote import agl_engine
 
     model = build_tiny_llama(tmp_path / "tiny")
     with agl_engine(model) as url:
@@ -332,7 +332,7 @@ def logprob_moves(run_dir: Path, model: Path, step: int) -> list[tuple[float, in
 
     from agl.learn.transitions import build_episodes
     from agl_trainer.models import load_model
-    from agl_trainer.policy import PolicyTrainer
+    from agl_trainer.policy.trainer import PolicyTrainer
 
     lines = (run_dir / "transitions" / f"step-{step}.jsonl").read_text().splitlines()
     advantages = {(r["rollout_id"], r["seq"]): r["advantage"] for r in map(json.loads, lines)}
@@ -375,7 +375,7 @@ def test_a_step_whose_rollouts_all_sent_their_calls_around_agl_stops_the_run(tmp
 def test_llm_call_counts_tell_bypassing_from_silent_rollouts() -> None:
     from agl.common.trainable import TrainableRollout
     from agl.schema import Rollout, RolloutStatus, Task
-    from agl_trainer.loop import llm_call_counts
+    from agl_trainer.run.loop import llm_call_counts
 
     def rollout(bypassed: int, calls: int) -> TrainableRollout:
         r = Rollout(

@@ -22,11 +22,11 @@ import pytest
 from agl.learn.selection import AgentSelection
 from agl.learn.transitions import build_episodes
 from agl.store import Store
-from agl_trainer.loop import TrainConfig, TrainingRun
+from agl_trainer.engines.remote import agl_engine
 from agl_trainer.models import build_tiny_llama
-from agl_trainer.policy import PolicyConfig
-from agl_trainer.remote_engine import agl_engine
-from agl_trainer.staleness import keep_fresh, stale_reason
+from agl_trainer.policy.trainer import PolicyConfig
+from agl_trainer.run.loop import TrainConfig, TrainingRun
+from agl_trainer.run.staleness import keep_fresh, stale_reason
 
 pytestmark = pytest.mark.slow
 AGENT = str(Path(__file__).resolve().parent / "train_agents.py") + ":duo_agent"

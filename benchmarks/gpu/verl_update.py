@@ -1,6 +1,6 @@
 """Two colocated verl updates with agl's embedded engine for the rollouts: the GPU smoke check's verl stage.
 
-Each step: the embedded engine (`agl_trainer.engine.Engine`, the model with a LoRA adapter, in this process)
+Each step: the embedded engine (`agl_trainer.engines.embedded.Engine`, the model with a LoRA adapter, in this process)
 answers the calculator example's first turn for a few tasks, several samples each; the answers are scored and given
 group-relative advantages; then verl's actor (`agl_trainer.verl.backend.VerlPolicy`: verl's `ActorRolloutRefWorker`
 in a Ray worker) takes its turn the way colocation does it: `to_device()` (verl's own move back onto the
@@ -57,8 +57,8 @@ def _advantages(rewards: list[float]) -> list[float]:
 
 
 def _estimate(model_path: Path, policy: Any, tokens: int) -> dict[str, float]:
+    from agl_trainer.model_shape import read_shape
     from agl_trainer.plan.memory import UpdateSetup, update_memory
-    from agl_trainer.plan.model_shape import read_shape
 
     profile, config = policy.profile, policy.config
     setup = UpdateSetup(
@@ -102,10 +102,10 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
 
     from agl.learn.transitions import Transition
     from agl_trainer.chat_format import render_prompt
-    from agl_trainer.engine import Engine, GenerationRequest
+    from agl_trainer.engines.embedded import Engine, GenerationRequest
     from agl_trainer.examples.calculator import CALCULATOR, first_turn, train_tasks
     from agl_trainer.models import load_model, resolve_model
-    from agl_trainer.policy import PolicyConfig, wrap_lora
+    from agl_trainer.policy.trainer import PolicyConfig, wrap_lora
     from agl_trainer.verl.backend import VerlPolicy
 
     device = args.device

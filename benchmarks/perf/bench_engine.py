@@ -15,7 +15,7 @@ from typing import Any
 from _common import report
 
 from agl_trainer.chat_format import render_prompt
-from agl_trainer.engine import Engine, GenerationRequest
+from agl_trainer.engines.embedded import Engine, GenerationRequest
 from agl_trainer.examples import calculator
 from agl_trainer.models import load_model, resolve_model
 

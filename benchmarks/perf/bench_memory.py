@@ -24,7 +24,7 @@ from typing import Any
 import psutil
 from _common import RESULTS_DIR, report
 
-from agl_trainer.memory import peak_resident_bytes
+from agl_trainer.policy.memory import peak_resident_bytes
 
 GIB = 2**30
 

@@ -34,10 +34,10 @@ from _common import report
 
 from agl.learn.transitions import Transition
 from agl.testing.upstream import start_upstream_process
+from agl_trainer.backends import UpdateStats
 from agl_trainer.config import TrainConfig
-from agl_trainer.loop import TrainingRun
-from agl_trainer.metrics import MetricsLog
-from agl_trainer.policy import UpdateStats
+from agl_trainer.run.loop import TrainingRun
+from agl_trainer.tracking.metrics import MetricsLog
 
 AGENT = str(Path(__file__).resolve().parent / "agents.py") + ":three_calls"
 CALLS_PER_ROLLOUT = 3

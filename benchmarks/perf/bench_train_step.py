@@ -22,10 +22,10 @@ from _common import report
 from agl.learn.credit import assign_credit
 from agl.learn.transitions import Episode, Transition
 from agl_trainer.chat_format import parse_answer, render_prompt
-from agl_trainer.engine import Engine, GenerationRequest
+from agl_trainer.engines.embedded import Engine, GenerationRequest
 from agl_trainer.examples import calculator
 from agl_trainer.models import load_model, resolve_model
-from agl_trainer.policy import PolicyConfig, PolicyTrainer, lora_config, wrap_lora
+from agl_trainer.policy.trainer import PolicyConfig, PolicyTrainer, lora_config, wrap_lora
 
 PROMPTS = 8
 GROUP = 4

@@ -30,8 +30,8 @@ from _common import RESULTS_DIR, report
 from agl.store import Store
 from agl_trainer.config import PolicyConfig, TrainConfig
 from agl_trainer.examples import calculator
-from agl_trainer.loop import TrainingRun
-from agl_trainer.metrics import MetricsLog
+from agl_trainer.run.loop import TrainingRun
+from agl_trainer.tracking.metrics import MetricsLog
 
 SETUPS: dict[str, dict[str, Any]] = {
     "embedded": {},

@@ -66,9 +66,9 @@ def measure(tokens: int, checkpointing: bool, full: bool) -> dict[str, Any]:
 
 
 def estimate(tokens: int, checkpointing: bool, full: bool) -> dict[str, float]:
+    from agl_trainer.model_shape import read_shape
     from agl_trainer.models import resolve_model
     from agl_trainer.plan.memory import UpdateSetup, update_memory
-    from agl_trainer.plan.model_shape import read_shape
 
     shape = read_shape(resolve_model("bundled"))
     setup = UpdateSetup(shape, tokens, lora=not full, compute_bytes=4, gradient_checkpointing=checkpointing, cuda=False)

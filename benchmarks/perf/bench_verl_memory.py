@@ -76,9 +76,9 @@ def measure(tokens: int, *, full: bool, checkpointing: bool, micro_batches: int 
 
 
 def estimate(tokens: int, *, full: bool, checkpointing: bool) -> dict[str, float]:
+    from agl_trainer.model_shape import read_shape
     from agl_trainer.models import resolve_model
     from agl_trainer.plan.memory import UpdateSetup, update_memory
-    from agl_trainer.plan.model_shape import read_shape
 
     shape = read_shape(resolve_model("bundled"))
     setup = UpdateSetup(

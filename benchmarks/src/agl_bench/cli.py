@@ -224,7 +224,7 @@ def train_command(
     during and after, learning curve and checkpoints in the run directory."""
     from agl_bench.recipes import read_recipe, recipe_hardware, recipe_task_options
     from agl_trainer.backends import EngineError
-    from agl_trainer.loop import TrainingRun
+    from agl_trainer.run.loop import TrainingRun
 
     plan_flags = pop_plan_flags(flags)
     task, train_split, train_rows = _load(task_name, train_split, data, train_limit, "{train}")

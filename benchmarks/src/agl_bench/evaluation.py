@@ -28,7 +28,7 @@ from agl.common.processes import start_server, start_worker, stop_processes
 from agl.schema import RolloutDetail
 from agl_bench.results import read_outcome
 from agl_bench.task import BenchTask
-from agl_trainer.waiting import wait_for_rollouts
+from agl_trainer.run.waiting import wait_for_rollouts
 
 EMBEDDED = ("embedded", "bundled")
 
@@ -103,7 +103,7 @@ def start_model(spec: ModelSpec, stack: ExitStack, log_dir: Path, console: Conso
         raise ValueError(f"--model {spec.name!r} is neither 'embedded', an http(s) URL, nor a model folder")
     if spec.engine == "vllm":
         return _start_vllm(spec, model, stack, log_dir, console)
-    from agl_trainer.remote_engine import agl_engine
+    from agl_trainer.engines.remote import agl_engine
 
     console.print(f"starting agl engine ({model}); its log: {log_dir / 'engine.log'}")
     engine = agl_engine(
@@ -115,9 +115,9 @@ def start_model(spec: ModelSpec, stack: ExitStack, log_dir: Path, console: Conso
 def _start_vllm(spec: ModelSpec, model: str, stack: ExitStack, log_dir: Path, console: Console) -> tuple[str, str]:
     from transformers import AutoTokenizer
 
+    from agl_trainer.engines.remote import start_vllm
+    from agl_trainer.engines.vllm_server import SERVED_BASE
     from agl_trainer.models import pick_device, resolve_model
-    from agl_trainer.remote_engine import start_vllm
-    from agl_trainer.vllm_server import SERVED_BASE
 
     path = resolve_model(model)
     device = pick_device(spec.device)

@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from agl_trainer.engine import Engine
+from agl_trainer.engines.embedded import Engine
 from agl_trainer.models import build_tiny_llama, load_model
 
 # Every Ray these tests start or join (local ones, and the two-node cluster of test_ray_placement) is a throw-away

@@ -61,7 +61,7 @@ def config(tmp_path: Path, **options: Any) -> Any:
 
 def run_plan(cfg: Any) -> Any:
     """The run's own planning step (what TrainingRun._start calls)."""
-    from agl_trainer.run_setup import gpu_plan
+    from agl_trainer.run.setup import gpu_plan
 
     return gpu_plan(cfg, cfg.run_dir, Console(file=io.StringIO()))
 

@@ -12,10 +12,10 @@ import pytest
 from vllm_stub import RecordingVllm
 
 from agl.learn.transitions import Transition
-from agl_trainer.backends import EngineError, RemoteAdapterEngine, RemoteWeightsEngine
-from agl_trainer.colocation import Colocation, TrainerTurnLogprobs, publish_first_weights, update_and_publish
+from agl_trainer.backends import EngineError, UpdateStats
 from agl_trainer.config import PolicyConfig
-from agl_trainer.policy import UpdateStats
+from agl_trainer.engines.colocation import Colocation, TrainerTurnLogprobs, publish_first_weights, update_and_publish
+from agl_trainer.engines.publish import RemoteAdapterEngine, RemoteWeightsEngine
 
 
 class RecordingPolicy:

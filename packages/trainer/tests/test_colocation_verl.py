@@ -27,9 +27,9 @@ from rich.console import Console
 from vllm_stub import SleepModeVllm
 
 from agl.learn.transitions import Transition
-from agl_trainer.colocation import Colocation, TrainerTurnLogprobs, update_and_publish
-from agl_trainer.engine_check import check_served_logprobs
-from agl_trainer.policy import PolicyConfig
+from agl_trainer.engines.check import check_served_logprobs
+from agl_trainer.engines.colocation import Colocation, TrainerTurnLogprobs, update_and_publish
+from agl_trainer.policy.trainer import PolicyConfig
 
 if importlib.util.find_spec("verl") is None and os.environ.get("AGL_SKIP_VERL_TESTS"):
     pytest.skip(
@@ -82,8 +82,8 @@ def start(
 ) -> tuple[VerlPolicy, SleepModeVllm, Colocation | None, Any, list[str]]:
     """What `TrainingRun._open_backends` does on GPUs: vLLM first (asleep when colocated), then verl's actor, then
     the engine backend with its first weights published and checked (`open_remote_engine`)."""
+    from agl_trainer.engines.remote import open_remote_engine
     from agl_trainer.models import load_model
-    from agl_trainer.remote_engine import open_remote_engine
 
     events: list[str] = []
     vllm = stack.enter_context(SleepModeVllm(tiny_model_dir, events))

@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from agl_trainer.chat_format import render_prompt
-from agl_trainer.engine import Engine, GenerationRequest
+from agl_trainer.engines.embedded import Engine, GenerationRequest
 
 
 def prompt_ids(tokenizer: Any, text: str) -> list[int]:
@@ -70,7 +70,7 @@ def test_bad_requests_are_refused_with_the_reason(engine: Engine) -> None:
 def test_the_prefix_cache_is_bounded_by_bytes_and_still_exact(engine: Engine) -> None:
     """Entries are sized by their keys/values; past `max_bytes` the least recently used go, and a cache too
     small for any entry keeps none. Answers do not depend on what the cache holds."""
-    from agl_trainer.engine import cache_bytes
+    from agl_trainer.engines.embedded import cache_bytes
 
     requests = [GenerationRequest(prompt_ids(engine.tokenizer, q), max_tokens=6, temperature=0) for q in QUESTIONS]
     cache = engine.prefix_cache

@@ -14,9 +14,9 @@ import torch
 from agl.learn.transitions import Transition
 from agl_trainer.backends import EngineError
 from agl_trainer.chat_format import render_prompt
-from agl_trainer.engine_check import PROBE_TEMPERATURE, TOLERANCE, check_served_logprobs
+from agl_trainer.engines.check import PROBE_TEMPERATURE, TOLERANCE, check_served_logprobs
 from agl_trainer.models import load_model
-from agl_trainer.policy import PolicyConfig, PolicyTrainer, wrap_lora
+from agl_trainer.policy.trainer import PolicyConfig, PolicyTrainer, wrap_lora
 
 
 def peaked_policy(tiny_model_dir: Path, seed: int) -> tuple[PolicyTrainer, Any]:

@@ -1,4 +1,4 @@
-"""One engine server per node, started and managed by agl through Ray (agl_trainer.engine_fleet, issue #42).
+"""One engine server per node, started and managed by agl through Ray (agl_trainer.engines.fleet, issue #42).
 
 - fast: every request the trainer makes of its engine (sleep, wake, reloads, prefix-cache resets, adapter loads)
   reaches every server, against two recording stand-ins of vLLM's server; a server that died is dropped and the
@@ -26,8 +26,9 @@ import pytest
 from test_colocation import RecordingPolicy
 from vllm_stub import RecordingVllm
 
-from agl_trainer.backends import EngineError, RemoteAdapterEngine, RemoteWeightsEngine
-from agl_trainer.colocation import Colocation
+from agl_trainer.backends import EngineError
+from agl_trainer.engines.colocation import Colocation
+from agl_trainer.engines.publish import RemoteAdapterEngine, RemoteWeightsEngine
 
 
 class Servers:
@@ -98,11 +99,11 @@ def fleet_run(address: str, model_dir: str, run_dir: str) -> None:
     from agl.client import Client
     from agl.common.processes import start_server
     from agl_trainer.config import PolicyConfig
-    from agl_trainer.engine_fleet import EngineFleet
+    from agl_trainer.engines.fleet import EngineFleet
+    from agl_trainer.engines.remote import agl_engine_on_node
     from agl_trainer.models import load_model
     from agl_trainer.plan.cluster import from_ray
-    from agl_trainer.policy import PolicyTrainer, wrap_lora
-    from agl_trainer.remote_engine import agl_engine_on_node
+    from agl_trainer.policy.trainer import PolicyTrainer, wrap_lora
 
     out: dict[str, Any] = {}
     run = Path(run_dir)

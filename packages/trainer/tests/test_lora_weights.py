@@ -13,10 +13,10 @@ import pytest
 import torch
 from test_policy import sample
 
-from agl_trainer.engine import BASE_MODEL, Engine, GenerationRequest
+from agl_trainer.engines.embedded import BASE_MODEL, Engine, GenerationRequest
+from agl_trainer.engines.remote import agl_engine
 from agl_trainer.models import load_model
-from agl_trainer.policy import PolicyConfig, PolicyTrainer, agent_adapters, wrap_lora
-from agl_trainer.remote_engine import agl_engine
+from agl_trainer.policy.trainer import PolicyConfig, PolicyTrainer, agent_adapters, wrap_lora
 
 QUESTION = [{"role": "user", "content": "Say something."}]
 
@@ -166,7 +166,8 @@ def test_remote_engine_backend_publishes_each_update_to_the_engine_process(
 ) -> None:
     """The trainer's policy lives here, the serving engine in another process: after each update the remote
     backend saves the adapter and the engine serves exactly the weights this process has."""
-    from agl_trainer.backends import InferenceBackend, RemoteAdapterEngine
+    from agl_trainer.backends import InferenceBackend
+    from agl_trainer.engines.publish import RemoteAdapterEngine
 
     model, tokenizer = load_model(tiny_model_dir, device="cpu")
     torch.manual_seed(0)

@@ -11,9 +11,9 @@ import pytest
 from click.testing import CliRunner
 
 from agl.learn.credit import STRATEGIES
-from agl_trainer.loop import TrainConfig
 from agl_trainer.options import SPECS, build_config, click_options, known_keys, merge, read_option_file
-from agl_trainer.policy import PolicyConfig
+from agl_trainer.policy.trainer import PolicyConfig
+from agl_trainer.run.loop import TrainConfig
 
 BASE = {"train_tasks": [1], "eval_tasks": [2], "run_dir": "runs/x"}
 

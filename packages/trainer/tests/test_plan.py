@@ -233,7 +233,7 @@ def test_a_trainer_rank_given_one_of_vllms_gpus_refuses_to_run(tmp_path: Path) -
     """The split layout on a cluster the user started (issue #42): Ray knows nothing of the vLLM servers beside it,
     so each rank checks the GPUs Ray gave it against those the plan gives vLLM, and refuses, saying how to start
     the nodes. The plan and the run agree on which those are: each node's last ones."""
-    from agl_trainer.run_setup import split_vllm_gpus
+    from agl_trainer.run.setup import split_vllm_gpus
     from agl_trainer.verl.placement import gpu_clash
 
     cfg = config("Qwen2.5-7B-Instruct", tmp_path)

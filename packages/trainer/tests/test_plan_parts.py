@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 
 from agl_trainer.config import PolicyConfig
+from agl_trainer.model_shape import ModelShape, read_shape
 from agl_trainer.models import resolve_model
-from agl_trainer.plan.model_shape import ModelShape, read_shape
 from agl_trainer.plan.tool_parsers import tool_parser
 from agl_trainer.verl.settings import actor_settings, cuda_profile, parse_overrides, root_config, validate
 

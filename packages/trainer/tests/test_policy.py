@@ -11,9 +11,9 @@ import torch
 
 from agl.learn.transitions import Transition
 from agl_trainer.chat_format import render_prompt
-from agl_trainer.engine import Engine, GenerationRequest
+from agl_trainer.engines.embedded import Engine, GenerationRequest
 from agl_trainer.models import load_model
-from agl_trainer.policy import PolicyConfig, PolicyTrainer, wrap_lora
+from agl_trainer.policy.trainer import PolicyConfig, PolicyTrainer, wrap_lora
 
 
 def fresh_policy(tiny_model_dir: Path, **overrides: Any) -> tuple[PolicyTrainer, Engine]:
@@ -120,14 +120,14 @@ def test_the_prefix_run_once_per_update_gives_the_update_of_whole_sequences(
 ) -> None:
     """The shared prompt beginning, run once with its gradients gathered over the micro-batches, changes nothing:
     against running every sequence whole (no prefix shared anywhere), the same log-probs and the same weights."""
-    import agl_trainer.packing
-    import agl_trainer.policy
+    import agl_trainer.policy.packing
+    import agl_trainer.policy.trainer
 
     results = []
     for share in (True, False):
         if not share:
-            monkeypatch.setattr(agl_trainer.policy, "shared_prefix_ids", lambda transitions: [])
-            monkeypatch.setattr(agl_trainer.packing, "MIN_SHARED_PREFIX", 10**9)
+            monkeypatch.setattr(agl_trainer.policy.trainer, "shared_prefix_ids", lambda transitions: [])
+            monkeypatch.setattr(agl_trainer.policy.packing, "MIN_SHARED_PREFIX", 10**9)
         policy, engine = fresh_policy(tiny_model_dir, micro_batch_tokens=1, kl_coef=kl_coef)
         try:
             batch = [
@@ -135,7 +135,10 @@ def test_the_prefix_run_once_per_update_gives_the_update_of_whole_sequences(
                 for seed, (q, a) in enumerate([("Hi", 1.0), ("What is a dog?", -0.5), ("Count to three.", 2.0)])
             ]
             if share:
-                assert len(agl_trainer.policy.shared_prefix_ids(batch)) >= agl_trainer.packing.MIN_SHARED_PREFIX
+                assert (
+                    len(agl_trainer.policy.trainer.shared_prefix_ids(batch))
+                    >= agl_trainer.policy.packing.MIN_SHARED_PREFIX
+                )
             logprobs = policy.logprobs(batch)
             policy.update(batch)
             weights = {n: p.detach().clone() for n, p in policy.model.named_parameters() if p.requires_grad}

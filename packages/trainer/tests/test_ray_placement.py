@@ -151,7 +151,7 @@ def two_node_update(address: str, model_dir: str) -> None:
 
     from agl_trainer.config import PolicyConfig
     from agl_trainer.models import load_model
-    from agl_trainer.policy import PolicyTrainer, wrap_lora
+    from agl_trainer.policy.trainer import PolicyTrainer, wrap_lora
     from agl_trainer.verl.backend import VerlPolicy
 
     cfg = PolicyConfig(lr=1e-2)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from agl_trainer.loop import resource_fields
+from agl_trainer.run.loop import resource_fields
 
 
 def test_throughput_is_tokens_per_rollout_second_and_cpu_rows_have_no_gpu_memory(
@@ -24,7 +24,7 @@ def test_cuda_rows_record_the_peak_allocated_memory_in_gib(monkeypatch: pytest.M
 
 
 def test_the_step_line_shows_the_importance_weights_only_when_the_correction_is_on() -> None:
-    from agl_trainer.step_metrics import _importance_summary
+    from agl_trainer.run.step_metrics import _importance_summary
 
     assert _importance_summary({"grad_norm/x": 1.0}) == ""
     line = _importance_summary({"is_weight_mean": 1.01, "is_weight_max": 3.2, "is_truncated_fraction": 0.02})

@@ -1,6 +1,6 @@
 """The RL core against independent references, on a tiny Llama whose LoRA adapter starts away from the identity.
 
-Each reference below is written out by hand here, not taken from `agl_trainer.policy`: per-transition forward
+Each reference below is written out by hand here, not taken from `agl_trainer.policy.trainer`: per-transition forward
 passes without packing, the clipped objective as its case analysis, k3 from its definition, temperature as a
 division of the logits. Each test also names the mistake it exists to catch (removing the clip, reversing the KL
 estimator, recording temperature-1 log-probs, keeping a stale prefix cache, ...).
@@ -18,9 +18,9 @@ import torch
 
 from agl.learn.transitions import Transition
 from agl_trainer.chat_format import render_prompt
-from agl_trainer.engine import Engine, GenerationRequest
+from agl_trainer.engines.embedded import Engine, GenerationRequest
 from agl_trainer.models import load_model
-from agl_trainer.policy import PolicyConfig, PolicyTrainer, wrap_lora
+from agl_trainer.policy.trainer import PolicyConfig, PolicyTrainer, wrap_lora
 
 CLIP_LOW, CLIP_HIGH = 0.2, 0.28
 SYSTEM = "You are a careful assistant. Answer briefly and use the tools you were given when they help you."

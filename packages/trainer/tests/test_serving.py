@@ -15,8 +15,8 @@ import pytest
 from agl.client import Client
 from agl.common.processes import start_server
 from agl_trainer.chat_format import render_prompt
-from agl_trainer.engine import Engine
-from agl_trainer.serving import EngineServer
+from agl_trainer.engines.embedded import Engine
+from agl_trainer.engines.serving import EngineServer
 
 MESSAGES = [{"role": "user", "content": "Write one short sentence."}]
 

@@ -1,9 +1,9 @@
-"""`keep_fresh` (agl_trainer.staleness) on hand-made transitions: each is aged by its oldest call's version."""
+"""`keep_fresh` (agl_trainer.run.staleness) on hand-made transitions: each is aged by its oldest call's version."""
 
 from __future__ import annotations
 
 from agl.learn.transitions import Transition
-from agl_trainer.staleness import UNKNOWN, keep_fresh
+from agl_trainer.run.staleness import UNKNOWN, keep_fresh
 
 # versions as the store numbers them → the step whose rollouts each served (a resume published 4 for step 2 again)
 VERSION_STEPS = {1: 0, 2: 1, 3: 2, 4: 2, 5: 3}

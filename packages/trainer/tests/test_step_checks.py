@@ -9,7 +9,7 @@ import pytest
 
 from agl.learn.selection import AgentSelection
 from agl.learn.transitions import BuildStats
-from agl_trainer.step_transitions import check_selection_found
+from agl_trainer.run.step_transitions import check_selection_found
 
 
 def stats(kept: dict[str | None, int], dropped: dict[str | None, int]) -> BuildStats:

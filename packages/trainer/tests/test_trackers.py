@@ -8,8 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from agl_trainer.metrics import MetricsLog
-from agl_trainer.trackers import metric_values, open_trackers, parse_trackers
+from agl_trainer.config import parse_trackers
+from agl_trainer.tracking.metrics import MetricsLog
+from agl_trainer.tracking.trackers import metric_values, open_trackers
 
 ROWS = [
     {"kind": "eval", "step": 0, "accuracy": 0.25, "n": 4, "reward_mean": 0.25, "elapsed_min": 0.1},

@@ -25,7 +25,7 @@ import torch
 
 from agl.learn.transitions import Transition
 from agl_trainer.models import load_model
-from agl_trainer.policy import PolicyConfig, PolicyTrainer, wrap_lora
+from agl_trainer.policy.trainer import PolicyConfig, PolicyTrainer, wrap_lora
 
 if importlib.util.find_spec("verl") is None and os.environ.get("AGL_SKIP_VERL_TESTS"):
     pytest.skip(
@@ -320,7 +320,7 @@ def test_full_finetuned_weights_reach_vllm_and_the_embedded_engine_from_the_acto
     from safetensors.torch import load_file
     from vllm_stub import RecordingVllm
 
-    from agl_trainer.backends import RemoteWeightsEngine
+    from agl_trainer.engines.publish import RemoteWeightsEngine
 
     cfg = config(lora=False, lr=1e-3)
     batch = fixed_batch(agl_twin(tiny_model_dir, initial_adapter, cfg))
@@ -347,7 +347,7 @@ def test_full_finetuned_weights_reach_vllm_and_the_embedded_engine_from_the_acto
 def test_a_policy_per_agent_changes_only_on_its_own_agents_transitions(
     ray_cluster: None, tiny_model_dir: Path, initial_adapter: Path, tmp_path: Path
 ) -> None:
-    from agl_trainer.policy import agent_adapters
+    from agl_trainer.policy.trainer import agent_adapters
     from agl_trainer.verl.per_agent import PerAgentVerlPolicy
 
     adapters = agent_adapters(["speaker", "listener"])

@@ -15,8 +15,8 @@ import torch
 from agl.learn.transitions import Transition
 from agl_trainer.chat_format import render_prompt
 from agl_trainer.models import resolve_model
-from agl_trainer.packing import common_prefix_len
-from agl_trainer.policy import PolicyConfig
+from agl_trainer.policy.packing import common_prefix_len
+from agl_trainer.policy.trainer import PolicyConfig
 
 if importlib.util.find_spec("verl") is None and os.environ.get("AGL_SKIP_VERL_TESTS"):
     pytest.skip(

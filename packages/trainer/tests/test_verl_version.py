@@ -10,7 +10,7 @@ import torch
 
 import agl_trainer.verl as agl_verl
 from agl.learn.transitions import Transition
-from agl_trainer.policy import PolicyConfig
+from agl_trainer.policy.trainer import PolicyConfig
 from agl_trainer.verl import VerlUnavailable, check_version, require_verl
 from agl_trainer.verl.backend import VerlPolicy
 from agl_trainer.verl.batch import pack

@@ -12,7 +12,7 @@ from types import ModuleType
 import pytest
 import torch
 
-from agl_trainer.vllm_server import CPU_PLUGIN_PATH
+from agl_trainer.engines.vllm_server import CPU_PLUGIN_PATH
 
 
 @pytest.fixture(scope="module")

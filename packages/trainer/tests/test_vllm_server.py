@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 
 from agl_trainer.backends import EngineError
-from agl_trainer.vllm_server import (
+from agl_trainer.engines.vllm_server import (
     CPU_PLUGIN_PATH,
     CPU_SERVE,
     ENV_ARGS,

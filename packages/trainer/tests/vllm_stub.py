@@ -117,9 +117,9 @@ class SleepModeVllm:
         served_model: str = "base",
         request_wait_s: float = 20,
     ) -> None:
-        from agl_trainer.engine import Engine
+        from agl_trainer.engines.embedded import Engine
+        from agl_trainer.engines.serving import create_app
         from agl_trainer.models import load_model
-        from agl_trainer.serving import create_app
 
         model, tokenizer = load_model(model_dir, device="cpu")
         self.engine = Engine(model, tokenizer, max_batch=4, batch_window_s=0.01)

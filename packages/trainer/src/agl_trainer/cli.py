@@ -30,9 +30,9 @@ def engine(model: str, host: str, port: int, device: str, max_batch: int, served
     """Serve a model with the embedded engine behind an OpenAI-compatible API that returns exact token ids
     (point `agl serve --upstream` at it). Prints `AGL_ENGINE_READY <base url>` once it accepts requests."""
     from agl.common import asgi
-    from agl_trainer.engine import Engine
+    from agl_trainer.engines.embedded import Engine
+    from agl_trainer.engines.serving import create_app
     from agl_trainer.models import load_model, resolve_model
-    from agl_trainer.serving import create_app
 
     logging.basicConfig(level=log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     if host not in ("127.0.0.1", "localhost", "::1"):
@@ -134,7 +134,7 @@ def train(
     from pathlib import Path
 
     from agl_trainer.backends import EngineError
-    from agl_trainer.loop import TrainingRun
+    from agl_trainer.run.loop import TrainingRun
 
     plan_flags = pop_plan_flags(flags)
     try:

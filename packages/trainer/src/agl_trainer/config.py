@@ -6,11 +6,25 @@ recipes: agl_trainer.options) imports neither torch nor the trainer.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from agl_trainer.trackers import parse_trackers
+# the experiment trackers `--log-to` takes (agl_trainer.tracking.trackers writes to them)
+TRACKERS = ("mlflow", "tensorboard", "wandb")
+
+
+def parse_trackers(value: str | Iterable[str] | None) -> tuple[str, ...]:
+    """`"mlflow,tensorboard"` or a list → the tracker names, checked; None / "" → none."""
+    if value is None:
+        return ()
+    names = value.split(",") if isinstance(value, str) else list(value)
+    cleaned = tuple(dict.fromkeys(n.strip().lower() for n in names if n.strip()))
+    unknown = [n for n in cleaned if n not in TRACKERS]
+    if unknown:
+        raise ValueError(f"unknown tracker(s) {', '.join(unknown)}: choose from {', '.join(TRACKERS)}")
+    return cleaned
 
 
 @dataclass
@@ -26,7 +40,7 @@ class PolicyConfig:
     lora_alpha: int = 32
     lora_targets: tuple[str, ...] = ("q_proj", "k_proj", "v_proj", "o_proj")
     weight_decay: float = 0.0
-    # Off-policy correction (agl_trainer.policy): None keeps the objective above with π_old = the engine's
+    # Off-policy correction (agl_trainer.policy.trainer): None keeps the objective above with π_old = the engine's
     # log-probs. A number recomputes π_old with the policy before the update and weights each token by
     # π_old / π_behaviour: truncated at this cap ("tis"), or the transition masked when the geometric mean of its
     # weights leaves [1/cap, cap] ("mis").

@@ -24,7 +24,7 @@ update's level: vLLM gets its own weights back on waking, and no reload from dis
 At start the same steps run without the update: vLLM is started first (it refuses to start when less than its
 share is free), put to sleep, the trainer's model loaded, the first weights written, the trainer moved off.
 Without colocation (the split layout, a CPU, agl's embedded engine) nothing sleeps and nothing moves. On several
-nodes every step that reaches vLLM reaches each node's server at once (agl_trainer.fan_out).
+nodes every step that reaches vLLM reaches each node's server at once (agl_trainer.engines.fan_out).
 """
 
 from __future__ import annotations
@@ -36,9 +36,8 @@ from typing import Any, Protocol
 import httpx
 
 from agl.learn.transitions import Transition
-from agl_trainer.backends import EngineError
-from agl_trainer.fan_out import each_server, engine_urls, root_of
-from agl_trainer.policy import UpdateStats
+from agl_trainer.backends import EngineError, UpdateStats
+from agl_trainer.engines.fan_out import each_server, engine_urls, root_of
 
 
 class MovablePolicy(Protocol):
@@ -79,7 +78,7 @@ class Colocation:
         if level not in (1, 2):
             raise ValueError(f"vLLM's sleep level is 1 or 2, got {level}")
         self.root = root_of(root_url)
-        self.servers = servers  # on a cluster, every node's server (agl_trainer.engine_fleet): all sleep and wake
+        self.servers = servers  # on a cluster, every node's server (agl_trainer.engines.fleet): all sleep and wake
         self.policy = policy
         self.level = level
         self.restore = restore

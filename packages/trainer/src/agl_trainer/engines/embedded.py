@@ -38,7 +38,7 @@ from typing import Any
 
 import torch
 
-from agl_trainer.packing import common_prefix_len, pack
+from agl_trainer.policy.packing import common_prefix_len, pack
 
 log = logging.getLogger(__name__)
 

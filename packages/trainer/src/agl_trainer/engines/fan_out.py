@@ -1,5 +1,5 @@
 """What the trainer asks of its engine, asked of every engine server at once: on a cluster agl runs one vLLM server
-per node (agl_trainer.engine_fleet), and sleep, wake, adapter loads and unloads, weight reloads and prefix-cache
+per node (agl_trainer.engines.fleet), and sleep, wake, adapter loads and unloads, weight reloads and prefix-cache
 resets must reach each of them, or one node serves other weights than the rest.
 
 A request that fails on a server which has since died is not an error of the request: the fleet reports the lost

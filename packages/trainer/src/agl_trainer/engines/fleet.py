@@ -17,7 +17,7 @@ changes). Split (`--rollout-gpus K`), the actor asks Ray for K GPUs of its node 
 split layout pinned by Ray's own accounting, on any cluster.
 
 **Requests.** Sleep, wake, adapter loads and unloads, weight reloads, prefix-cache resets and the log-prob checks
-go to every server (agl_trainer.fan_out); the proxy routes agents' calls over all of them (`agl serve --upstream`
+go to every server (agl_trainer.engines.fan_out); the proxy routes agents' calls over all of them (`agl serve --upstream`
 once per server).
 
 **A server that dies** is reported with its node and its log's tail (kept on that node, at the run folder's path
@@ -266,7 +266,7 @@ def vllm_on_node(settings: Any, address: str, node_label: str) -> NodeServer:
     with its actor."""
     import dataclasses
 
-    from agl_trainer.vllm_server import VLLMServer
+    from agl_trainer.engines.vllm_server import VLLMServer
 
     log_path = settings.log_path.with_name(f"vllm-{node_label}.log")
     server = VLLMServer(dataclasses.replace(settings, host=address, log_path=log_path), die_with_parent=True)

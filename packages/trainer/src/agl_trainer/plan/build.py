@@ -22,10 +22,10 @@ from pathlib import Path
 from typing import Any
 
 from agl_trainer.config import TrainConfig
+from agl_trainer.model_shape import ModelShape, read_shape
 from agl_trainer.plan.hardware import Hardware
 from agl_trainer.plan.layout import Layout, choose_layout
 from agl_trainer.plan.memory import CUDA_CONTEXT_GIB, VLLM_ASLEEP_GIB, UpdateSetup, logit_bytes, update_memory
-from agl_trainer.plan.model_shape import ModelShape, read_shape
 from agl_trainer.plan.tool_parsers import tool_parser
 
 HEADROOM = 0.92  # of a GPU's memory a plan may use: the rest absorbs what the estimate does not model
@@ -156,7 +156,7 @@ def vllm_settings(
     chat_template: str | None,
 ) -> Any:
     """The `VLLMSettings` of each planned server (the same for every node): what the plan prints and the run starts."""
-    from agl_trainer.vllm_server import VLLMSettings
+    from agl_trainer.engines.vllm_server import VLLMSettings
 
     assert layout.vllm is not None
     cfg = req.config
@@ -188,7 +188,7 @@ def vllm_settings(
 def _vllm_servers(
     req: PlanRequest, path: Path, shape: ModelShape, layout: Layout, longest: int
 ) -> list[dict[str, Any]]:
-    from agl_trainer.vllm_server import VLLMNotFound, find_vllm_python, vllm_argv, vllm_env_changes
+    from agl_trainer.engines.vllm_server import VLLMNotFound, find_vllm_python, vllm_argv, vllm_env_changes
 
     assert layout.vllm is not None
     try:

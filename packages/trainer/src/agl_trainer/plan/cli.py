@@ -8,6 +8,9 @@ from typing import Any, TypeVar
 
 import click
 
+from agl_trainer.plan.cluster import from_ray
+from agl_trainer.plan.hardware import Hardware, detect
+
 F = TypeVar("F", bound=Callable[..., Any])
 
 PLAN_FLAGS = ("plan", "gpus_per_node", "nodes", "gpu_memory_gib", "verl_set")
@@ -56,7 +59,6 @@ def pop_plan_flags(flags: dict[str, Any]) -> dict[str, Any]:
 def print_plan(config: Any, plan_flags: dict[str, Any]) -> None:
     """`--plan`: the plan as JSON on stdout; a plan that does not fit exits 2 with the knob that would help."""
     from agl_trainer.plan.build import PlanRequest, make_plan
-    from agl_trainer.plan.hardware import resolve
     from agl_trainer.verl.settings import parse_overrides
 
     try:
@@ -72,3 +74,29 @@ def print_plan(config: Any, plan_flags: dict[str, Any]) -> None:
     if not plan["fits"]:
         click.echo(f"agl train --plan: this run would not fit: {plan['refusal']}", err=True)
         raise SystemExit(2)
+
+
+def resolve(gpus_per_node: int | None, nodes: int | None, gpu_memory_gib: float | None) -> Hardware:
+    """The hardware a plan is for. `--gpus-per-node` / `--nodes` describe a machine that is not this one: each
+    given wins, the rest is read off this machine's CUDA. Without them, the Ray cluster this process joined
+    (`agl train --plan --ray-address ADDR` joins it first) when it declares GPUs, read as a run reads it
+    (agl_trainer.plan.cluster.from_ray), else this machine's CUDA. `--gpu-memory-gib` wins over what either says.
+    Without CUDA, a cluster or `--gpus-per-node` there is nothing to plan for."""
+    if gpus_per_node is None and nodes is None:
+        cluster = from_ray(None, gpu_memory_gib=gpu_memory_gib)
+        if cluster is not None:
+            return cluster
+    here = detect()
+    if gpus_per_node is None and here is None:
+        raise ValueError(
+            "this machine has no CUDA GPU: describe the one to plan for with --gpus-per-node N (and --nodes M, "
+            "--gpu-memory-gib G; 80 by default), or plan for a Ray cluster with --ray-address ADDR"
+        )
+    hardware = Hardware(
+        gpus_per_node=gpus_per_node if gpus_per_node is not None else here.gpus_per_node,  # type: ignore[union-attr]
+        nodes=nodes or 1,
+        gpu_memory_gib=gpu_memory_gib or (here.gpu_memory_gib if here is not None else 80.0),
+        gpu_name=here.gpu_name if here is not None and gpus_per_node is None else None,
+    )
+    hardware.validate()
+    return hardware

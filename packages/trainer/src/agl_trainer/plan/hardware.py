@@ -1,5 +1,6 @@
 """The machines a plan is for: GPUs per node, nodes, memory per GPU. Described by flags, read off the Ray cluster
-the run trains on (agl_trainer.plan.cluster), or read off this machine's CUDA."""
+the run trains on (agl_trainer.plan.cluster), or read off this machine's CUDA (`detect`); which of them a plan is
+for, `agl_trainer.plan.cli.resolve` decides."""
 
 from __future__ import annotations
 
@@ -15,7 +16,7 @@ class Hardware:
     # read off a Ray cluster: its GPU nodes as "<ip> (node <id>)", and where the memory per GPU came from
     node_names: tuple[str, ...] = ()
     gpu_memory_from: str | None = None
-    # and their Ray node ids, in the same order: where agl starts each node's vLLM server (agl_trainer.engine_fleet)
+    # and their Ray node ids, in the same order: where agl starts each node's vLLM server (agl_trainer.engines.fleet)
     node_ids: tuple[str, ...] = ()
 
     @property
@@ -54,31 +55,3 @@ def detect() -> Hardware | None:
         gpu_memory_gib=round(props.total_memory / 2**30, 1),
         gpu_name=str(props.name),
     )
-
-
-def resolve(gpus_per_node: int | None, nodes: int | None, gpu_memory_gib: float | None) -> Hardware:
-    """The hardware a plan is for. `--gpus-per-node` / `--nodes` describe a machine that is not this one: each
-    given wins, the rest is read off this machine's CUDA. Without them, the Ray cluster this process joined
-    (`agl train --plan --ray-address ADDR` joins it first) when it declares GPUs, read as a run reads it
-    (agl_trainer.plan.cluster.from_ray), else this machine's CUDA. `--gpu-memory-gib` wins over what either says.
-    Without CUDA, a cluster or `--gpus-per-node` there is nothing to plan for."""
-    if gpus_per_node is None and nodes is None:
-        from agl_trainer.plan.cluster import from_ray
-
-        cluster = from_ray(None, gpu_memory_gib=gpu_memory_gib)
-        if cluster is not None:
-            return cluster
-    here = detect()
-    if gpus_per_node is None and here is None:
-        raise ValueError(
-            "this machine has no CUDA GPU: describe the one to plan for with --gpus-per-node N (and --nodes M, "
-            "--gpu-memory-gib G; 80 by default), or plan for a Ray cluster with --ray-address ADDR"
-        )
-    hardware = Hardware(
-        gpus_per_node=gpus_per_node if gpus_per_node is not None else here.gpus_per_node,  # type: ignore[union-attr]
-        nodes=nodes or 1,
-        gpu_memory_gib=gpu_memory_gib or (here.gpu_memory_gib if here is not None else 80.0),
-        gpu_name=here.gpu_name if here is not None and gpus_per_node is None else None,
-    )
-    hardware.validate()
-    return hardware

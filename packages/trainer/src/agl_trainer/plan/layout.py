@@ -16,9 +16,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from agl_trainer.model_shape import ModelShape
 from agl_trainer.plan.hardware import Hardware
 from agl_trainer.plan.memory import CUDA_CONTEXT_GIB, vllm_memory
-from agl_trainer.plan.model_shape import ModelShape
 
 COLOCATED_UTILIZATION = 0.85  # vLLM's share while awake, with the trainer's state in host memory
 SPLIT_UTILIZATION = 0.90  # on GPUs of its own

@@ -37,7 +37,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from agl_trainer.plan.model_shape import ModelShape
+from agl_trainer.model_shape import ModelShape
 
 GIB = float(2**30)
 CUDA_CONTEXT_GIB = 1.0  # per process holding a CUDA context (torch + NCCL), as nvidia-smi shows it

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from agl_trainer.plan.model_shape import ModelShape
+from agl_trainer.model_shape import ModelShape
 
 HERMES = "hermes"
 LLAMA3_VOCAB = 128_256  # the Llama 3 tokenizer's: Llama 3.0-3.3 share it, SmolLM and Llama 2 do not

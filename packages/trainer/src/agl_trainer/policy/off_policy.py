@@ -1,4 +1,4 @@
-"""The importance weights of the off-policy correction, one formula for agl's trainer (agl_trainer.policy, whose
+"""The importance weights of the off-policy correction, one formula for agl's trainer (agl_trainer.policy.trainer, whose
 docstring has the objective) and verl's (agl_trainer.verl.backend hands them to verl's loss as
 `rollout_is_weights`, which it multiplies the policy-gradient term by, as agl's trainer does).
 

@@ -14,8 +14,8 @@ from typing import Any, cast
 
 from agl.client import Client
 from agl_trainer.backends import InferenceBackend, PolicyBackend
-from agl_trainer.colocation import Colocation, publish_first_weights
-from agl_trainer.metrics import MetricsLog
+from agl_trainer.engines.colocation import Colocation, publish_first_weights
+from agl_trainer.tracking.metrics import MetricsLog
 
 
 def save_checkpoint(root: Path, step: int, policy: PolicyBackend, sharing: Colocation | None) -> None:

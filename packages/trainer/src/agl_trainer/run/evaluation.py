@@ -11,10 +11,10 @@ from rich.console import Console
 
 from agl.schema import Rollout
 from agl_trainer.config import TrainConfig
-from agl_trainer.memory import give_back
-from agl_trainer.metrics import MetricsLog
-from agl_trainer.rollouts import RolloutQueue
-from agl_trainer.step_metrics import mean, memory_fields
+from agl_trainer.policy.memory import give_back
+from agl_trainer.run.rollouts import RolloutQueue
+from agl_trainer.run.step_metrics import mean, memory_fields
+from agl_trainer.tracking.metrics import MetricsLog
 
 SAMPLE_ROWS = 16  # rollouts per evaluation in the trackers' sample tables (all of them are in the store)
 

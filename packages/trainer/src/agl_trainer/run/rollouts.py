@@ -16,7 +16,7 @@ from agl.common.trainable import TrainableRollout
 from agl.learn.air import AirRule, air_rewards, with_rewards_added
 from agl.schema import Rollout
 from agl_trainer.config import TrainConfig
-from agl_trainer.waiting import wait_for_rollouts
+from agl_trainer.run.waiting import wait_for_rollouts
 
 
 def tasks_for_step(tasks: Sequence[Any], per_step: int, seed: int, step: int) -> list[Any]:

@@ -17,17 +17,17 @@ from typing import Any, cast
 from rich.console import Console
 
 from agl_trainer.backends import InferenceBackend, PolicyBackend
-from agl_trainer.colocation import Colocation
 from agl_trainer.config import TrainConfig
-from agl_trainer.engine import BASE_MODEL, Engine
-from agl_trainer.engine_fleet import EngineFleet
+from agl_trainer.engines.colocation import Colocation
+from agl_trainer.engines.embedded import BASE_MODEL, Engine
+from agl_trainer.engines.fleet import EngineFleet
+from agl_trainer.engines.remote import open_remote_engine
+from agl_trainer.engines.serving import EngineServer
+from agl_trainer.engines.vllm_server import VLLMServer, find_vllm_python
 from agl_trainer.models import load_model, load_tokenizer, pick_device
 from agl_trainer.plan.build import PlanRequest, RunPlan
 from agl_trainer.plan.hardware import Hardware
-from agl_trainer.policy import PolicyTrainer, wrap_lora
-from agl_trainer.remote_engine import open_remote_engine
-from agl_trainer.serving import EngineServer
-from agl_trainer.vllm_server import VLLMServer, find_vllm_python
+from agl_trainer.policy.trainer import PolicyTrainer, wrap_lora
 
 
 @dataclass
@@ -241,8 +241,8 @@ def start_vllm_first(
     config: TrainConfig, plan: RunPlan, path: Path, stack: ExitStack, console: Console
 ) -> tuple[VLLMServer | EngineFleet, Colocation | None]:
     """vLLM before the trainer's model: it refuses to start unless its share of the GPU is free. Planned on a Ray
-    cluster, one server on each of its GPU nodes (agl_trainer.engine_fleet); else one on this machine. On colocated
-    GPUs they then sleep until the trainer's first weights are written (agl_trainer.colocation): the server(s),
+    cluster, one server on each of its GPU nodes (agl_trainer.engines.fleet); else one on this machine. On colocated
+    GPUs they then sleep until the trainer's first weights are written (agl_trainer.engines.colocation): the server(s),
     and their turns with the trainer there."""
     from transformers import AutoTokenizer
 
@@ -271,11 +271,11 @@ def start_vllm_first(
 
 
 def start_fleet(settings: Any, plan: RunPlan, hardware: Any, console: Console) -> EngineFleet:
-    """The plan's vLLM server on each GPU node of the Ray cluster, through Ray (agl_trainer.engine_fleet). Split,
+    """The plan's vLLM server on each GPU node of the Ray cluster, through Ray (agl_trainer.engines.fleet). Split,
     each asks Ray for its GPUs, which then never go to a trainer rank; vLLM runs on whichever ones Ray gives it."""
     import dataclasses
 
-    from agl_trainer.engine_fleet import vllm_on_node
+    from agl_trainer.engines.fleet import vllm_on_node
 
     split = plan.layout.mode == "split" and plan.layout.vllm is not None
     gpus = plan.layout.vllm.gpus_per_server if split and plan.layout.vllm is not None else 0
@@ -349,7 +349,7 @@ def verl_policy(
 
 
 def split_vllm_gpus(plan: RunPlan | None) -> tuple[int, ...]:
-    """In the split layout, the GPUs of each node vLLM holds: the last ones (agl_trainer.vllm_server)."""
+    """In the split layout, the GPUs of each node vLLM holds: the last ones (agl_trainer.engines.vllm_server)."""
     if plan is None or plan.layout.mode != "split" or plan.layout.vllm is None:
         return ()
     if plan.hardware is not None and plan.hardware.node_ids:

@@ -1,6 +1,6 @@
 """Bounded staleness: which calls a step may train on when rollouts of later steps run during updates.
 
-The loop (agl_trainer.loop) enqueues step s + K's rollouts when step s starts, while version s serves, so by
+The loop (agl_trainer.run.loop) enqueues step s + K's rollouts when step s starts, while version s serves, so by
 construction no call of a step-t rollout comes from a version older than t − K. The filter here checks it on the
 calls themselves anyway (the version each call is stored under, which the proxy's gate keeps exact:
 agl.server.call_gate): a transition with any token sampled more than K versions before the policy being updated

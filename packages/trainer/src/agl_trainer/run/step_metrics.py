@@ -10,10 +10,10 @@ from typing import TYPE_CHECKING, Any
 from agl.common.trainable import TrainableRollout
 from agl.learn.credit import CreditStats
 from agl.learn.transitions import BuildStats
-from agl_trainer.memory import peak_resident_bytes, resident_bytes
+from agl_trainer.policy.memory import peak_resident_bytes, resident_bytes
 
 if TYPE_CHECKING:
-    from agl_trainer.policy import UpdateStats
+    from agl_trainer.backends import UpdateStats
 
 
 def resource_fields(generated_tokens: int, rollout_s: float) -> dict[str, float]:

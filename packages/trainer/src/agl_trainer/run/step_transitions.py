@@ -1,5 +1,5 @@
 """A train step's rollouts → transitions: the episodes of the selected agents, credit assigned over whole groups,
-then the calls too stale to train on left out (agl_trainer.staleness). Each transition is also written to the run
+then the calls too stale to train on left out (agl_trainer.run.staleness). Each transition is also written to the run
 directory, with what credit assignment gave it."""
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from agl.learn.credit import CreditConfig, CreditStats, assign_credit
 from agl.learn.selection import AgentSelection
 from agl.learn.transitions import BuildStats, Episode, Transition, build_episodes
 from agl_trainer.config import TrainConfig
-from agl_trainer.staleness import Freshness, keep_fresh, stale_reason
+from agl_trainer.run.staleness import Freshness, keep_fresh, stale_reason
 
 
 @dataclass

@@ -1,6 +1,6 @@
 """What a training run writes for people: metrics as JSONL (one row per train step and per evaluation) and the
 learning curve as a PNG, redrawn after every step — and the same to any experiment trackers attached
-(agl_trainer.trackers)."""
+(agl_trainer.tracking.trackers)."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from agl_trainer.trackers import Tracker
+from agl_trainer.tracking.trackers import Tracker
 
 
 class MetricsLog:

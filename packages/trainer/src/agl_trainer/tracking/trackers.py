@@ -11,11 +11,10 @@ from __future__ import annotations
 
 import math
 import os
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, Protocol
 
-TRACKERS = ("mlflow", "tensorboard", "wandb")
 _PACKAGES = {"mlflow": "mlflow-skinny", "tensorboard": "tensorboard", "wandb": "wandb"}
 _MODULES = {"mlflow": "mlflow", "tensorboard": "torch.utils.tensorboard", "wandb": "wandb"}
 
@@ -38,18 +37,6 @@ def metric_values(row: Mapping[str, Any]) -> dict[str, float]:
         if math.isfinite(value):
             out[f"{kind}/{key}"] = float(value)
     return out
-
-
-def parse_trackers(value: str | Iterable[str] | None) -> tuple[str, ...]:
-    """`"mlflow,tensorboard"` or a list → the tracker names, checked; None / "" → none."""
-    if value is None:
-        return ()
-    names = value.split(",") if isinstance(value, str) else list(value)
-    cleaned = tuple(dict.fromkeys(n.strip().lower() for n in names if n.strip()))
-    unknown = [n for n in cleaned if n not in TRACKERS]
-    if unknown:
-        raise ValueError(f"unknown tracker(s) {', '.join(unknown)}: choose from {', '.join(TRACKERS)}")
-    return cleaned
 
 
 def check_installed(names: Sequence[str]) -> None:

@@ -32,8 +32,9 @@ from typing import Any
 import torch
 
 from agl.learn.transitions import Transition
-from agl_trainer.off_policy import ImportanceWeights
-from agl_trainer.policy import PolicyConfig, UpdateStats
+from agl_trainer.backends import UpdateStats
+from agl_trainer.policy.off_policy import ImportanceWeights
+from agl_trainer.policy.trainer import PolicyConfig
 from agl_trainer.verl import import_verl
 from agl_trainer.verl.batch import PackedBatch, pack, per_transition, response_values, to_worker_input
 from agl_trainer.verl.cpu import cpu_micro_batch_tokens, cpu_worker_env, select_cpu_platform_here
@@ -341,7 +342,7 @@ class VerlPolicy:
         return stats
 
     def _off_policy(self, batch: PackedBatch, stats: UpdateStats) -> torch.Tensor:
-        """The off-policy correction (agl_trainer.off_policy), as agl's trainer applies it: π_old recomputed by the
+        """The off-policy correction (agl_trainer.policy.off_policy), as agl's trainer applies it: π_old recomputed by the
         worker replaces the behaviour log-probs the clip is taken against, and the per-token weights π_old / μ go
         to verl's loss as `rollout_is_weights`, which it multiplies the policy-gradient term by
         (verl.workers.utils.losses.ppo_loss)."""
@@ -384,7 +385,7 @@ class VerlPolicy:
     # ------------------------------------------------------------------------------------------ GPU turns
 
     def to_device(self) -> None:
-        """The actor's weights, gradients and optimizer moments back on the accelerator (agl_trainer.colocation).
+        """The actor's weights, gradients and optimizer moments back on the accelerator (agl_trainer.engines.colocation).
         verl's `to` takes "device" (its name for the accelerator) or "cpu", nothing else; on a CPU machine both
         name the CPU and the same calls run, so the sequence tested here is the one a GPU runs."""
         self._wg.to("device", model=True, optimizer=True, grad=True)
@@ -419,7 +420,7 @@ class VerlPolicy:
 
     def load_into(self, model: Any, adapter: str = "default") -> None:
         """Copy the trained weights into a local model in place: with LoRA a peft model whose adapter `adapter`
-        has the same rank and targets (`agl_trainer.policy.wrap_lora` with this policy's config), else the plain
+        has the same rank and targets (`agl_trainer.policy.trainer.wrap_lora` with this policy's config), else the plain
         model. The embedded engine then generates with them."""
         state = self.state_dict_for_engine()
         with torch.no_grad():

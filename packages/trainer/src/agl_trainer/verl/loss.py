@@ -1,6 +1,6 @@
 """agl's policy loss, computed in verl's worker by verl's own functions.
 
-agl's loss (`agl_trainer.policy`) for transitions i with advantage A_i and weight w_i, over response tokens j:
+agl's loss (`agl_trainer.policy.trainer`) for transitions i with advantage A_i and weight w_i, over response tokens j:
 
     loss = Σ_i w_i · mean_j ℓ_ij / Σ_i w_i,   ℓ_ij = −min(r_ij A_i, clip(r_ij, 1 − ε_low, 1 + ε_high) A_i) + β k3_ij
 

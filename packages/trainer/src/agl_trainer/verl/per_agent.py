@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from agl.learn.transitions import Transition
-from agl_trainer.policy import UpdateStats
+from agl_trainer.backends import UpdateStats
 from agl_trainer.verl.backend import VerlPolicy
 
 

@@ -1,6 +1,6 @@
 """agl's plugin for vLLM's CPU backend: LoRA products grouped by adapter.
 
-This folder is not part of the `agl_trainer` package: `agl_trainer.vllm_server` puts it on the PYTHONPATH of the
+This folder is not part of the `agl_trainer` package: `agl_trainer.engines.vllm_server` puts it on the PYTHONPATH of the
 vLLM server it starts on a CPU, where its `.dist-info` registers `register` as a `vllm.general_plugins` entry
 point, which vLLM calls in every one of its processes (server, engine core, workers). It imports only vLLM, torch
 and the standard library: vLLM's environment has no agl.
