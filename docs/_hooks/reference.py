@@ -8,6 +8,8 @@ A page holds a marker comment where a part goes:
 - `<!-- agl:options -->`: every key an option file (`agl train --config`) takes, with its flag, default and help;
 - `<!-- agl:layout -->`: agl-core's stages and folders, and what each stage imports, from the import graph of its
   source (`agl.common.layout`, the same map `packages/core/tests/test_layout.py` checks);
+- `<!-- agl:trainer-layout -->`: the same picture of agl-trainer (`agl_trainer.stages`, which
+  `packages/trainer/tests/test_trainer_layout.py` checks);
 - `<!-- agl:gpu-plans -->`: the GPU guide's table of plans, made by `agl train --plan`'s own code
   (`agl_trainer.plan.table`) from the published model configs the tests plan with.
 """
@@ -21,7 +23,7 @@ from typing import Any
 
 import click
 
-MARKERS = ("cli", "rest", "options", "gpu-plans", "layout")
+MARKERS = ("cli", "rest", "options", "gpu-plans", "layout", "trainer-layout")
 
 
 def on_page_markdown(markdown: str, page: Any, config: Any, files: Any) -> str:
@@ -155,18 +157,31 @@ def layout() -> str:
     from agl.common.layout import STAGES, graph, stage
 
     root = Path(agl.__file__).parent
-    modules = graph(root)
-    members: dict[int, list[str]] = {rank: [] for rank in range(len(STAGES))}
-    uses: dict[int, set[int]] = {rank: set() for rank in range(len(STAGES))}
+    return _stages_picture(graph(root), STAGES, stage, root)
+
+
+def trainer_layout() -> str:
+    """The same picture of agl-trainer's stages, from its own map."""
+    from agl_trainer.stages import ROOT, STAGES, graph, stage
+
+    return _stages_picture(graph(), STAGES, stage, ROOT)
+
+
+def _stages_picture(
+    modules: dict[str, set[str]], stages: list[tuple[str, str, tuple[str, ...]]], stage: Any, root: Path
+) -> str:
+    package = root.name
+    members: dict[int, list[str]] = {rank: [] for rank in range(len(stages))}
+    uses: dict[int, set[int]] = {rank: set() for rank in range(len(stages))}
     for name, targets in modules.items():
         rank = stage(name)
         members[rank].append(name)
-        uses[rank] |= {stage(t) for t in targets if t != "agl" and stage(t) < rank}
+        uses[rank] |= {stage(t) for t in targets if t != package and stage(t) < rank}
     width = 108
     lines = ["```"]
-    for rank in reversed(range(len(STAGES))):
-        title, what, _ = STAGES[rank]
-        below = ", ".join(STAGES[r][0] for r in sorted(uses[rank], reverse=True)) or "nothing of agl"
+    for rank in reversed(range(len(stages))):
+        title, what, _ = stages[rank]
+        below = ", ".join(stages[r][0] for r in sorted(uses[rank], reverse=True)) or f"nothing of {package}"
         folders = sorted({".".join(m.split(".")[:2]) for m in members[rank]})
         lines.append("┌" + "─" * (width - 2) + "┐")
         for text in (f"{title}: {what}", f"  {', '.join(folders)}", f"  imports: {below}"):
@@ -182,12 +197,12 @@ def layout() -> str:
     for name in sorted(modules):
         parts = name.split(".")
         folder = ".".join(parts[:2]) if len(parts) > 2 or (root / parts[-1]).is_dir() else name
-        if name == "agl":
-            folder = "agl"
+        if name == package:
+            folder = package
         packages.setdefault(folder, []).append(name)
     for folder, names in sorted(packages.items(), key=lambda kv: (stage(kv[0]), kv[0])):
         short = ", ".join(f"`{n.removeprefix(folder + '.') or n}`" for n in names if n != folder) or "—"
-        rows.append(f"| `{folder}` | {STAGES[stage(folder)][0]} | {short} |")
+        rows.append(f"| `{folder}` | {stages[stage(folder)][0]} | {short} |")
     return "\n".join(lines + rows) + "\n"
 
 
@@ -203,4 +218,5 @@ GENERATORS = {
     "options": options_reference,
     "gpu-plans": gpu_plans,
     "layout": layout,
+    "trainer-layout": trainer_layout,
 }

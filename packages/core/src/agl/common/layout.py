@@ -1,16 +1,23 @@
 """agl-core's map of itself: its stages, lowest first, and the import graph over its modules, read from the source
-(no module is imported). `packages/core/tests/test_layout.py` checks that no module imports a stage above its own;
-the docs' architecture page draws the stages and their folders from the same functions.
+(only packages' `__init__`s are imported, to tell a submodule from a name). `packages/core/tests/test_layout.py`
+checks that no module imports a stage above its own; the docs' architecture page draws the stages and their folders
+from the same functions.
+
+The functions take another package's map as well (`stages=`; the package is the first part of the modules'
+names): agl-trainer checks its own stages with them (`agl_trainer.stages`).
 """
 
 from __future__ import annotations
 
 import ast
 import importlib.util
+from collections.abc import Sequence
 from pathlib import Path
 
-# (stage, what it does, the modules and packages it holds), lowest first: a module may import its own stage and the
-# stages below it, never one above
+# a package's map: (stage, what it does, the modules and packages it holds), lowest first
+Stages = Sequence[tuple[str, str, tuple[str, ...]]]
+
+# agl-core's: a module may import its own stage and the stages below it, never one above
 STAGES: list[tuple[str, str, tuple[str, ...]]] = [
     (
         "shared",
@@ -29,26 +36,31 @@ STAGES: list[tuple[str, str, tuple[str, ...]]] = [
 ]
 
 
-def stage(module: str) -> int:
-    """The rank of the stage `module` belongs to: the longest prefix in `STAGES` that names it."""
+def stage(module: str, stages: Stages = STAGES) -> int:
+    """The rank of the stage `module` belongs to: the longest prefix in `stages` that names it."""
     best = (-1, -1)
-    for rank, (_, _, prefixes) in enumerate(STAGES):
+    for rank, (_, _, prefixes) in enumerate(stages):
         for prefix in prefixes:
             if module == prefix or module.startswith(prefix + "."):
                 best = max(best, (len(prefix), rank))
     if best[1] < 0:
-        raise ValueError(f"{module} belongs to no stage of agl-core")
+        raise ValueError(f"{module} belongs to no stage of its package's map")
     return best[1]
 
 
 def module_name(path: Path, root: Path) -> str:
-    """`agl.capture.runner` for `root/capture/runner.py` (`root` being the `agl` package's folder)."""
+    """`agl.capture.runner` for `root/capture/runner.py` (`root` being the `agl` package's folder, or another's)."""
     parts = list(path.relative_to(root.parent).with_suffix("").parts)
     return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
 
 
 def _is_module(dotted: str) -> bool:
+    """Whether `dotted` names a module, asked only of packages: finding a module's submodule would import it (a
+    module's names are never modules), and the packages' `__init__`s are light."""
     try:
+        parent = importlib.util.find_spec(dotted.rsplit(".", 1)[0])
+        if parent is None or parent.submodule_search_locations is None:
+            return False
         return importlib.util.find_spec(dotted) is not None
     except ModuleNotFoundError:
         return False
@@ -56,19 +68,21 @@ def _is_module(dotted: str) -> bool:
 
 def imports(source: str, name: str, *, is_package: bool = False) -> set[str]:
     """Every agl module the module `name` (its `source`) imports, at its top or inside a function (a lazy import is
-    still a dependency); `from agl.x import y` where y is a module counts as importing agl.x.y."""
+    still a dependency); `from agl.x import y` where y is a module counts as importing agl.x.y. For a module of
+    another package, that package's own modules (`agl_trainer.x` imports of `agl_trainer.y`)."""
+    root = name.split(".")[0]
     package = name if is_package else name.rsplit(".", 1)[0]
     found: set[str] = set()
     for node in ast.walk(ast.parse(source)):
         if isinstance(node, ast.Import):
-            found |= {a.name for a in node.names if a.name.split(".")[0] == "agl"}
+            found |= {a.name for a in node.names if a.name.split(".")[0] == root}
         elif isinstance(node, ast.ImportFrom):
             if node.level:
                 base = package.split(".")[: len(package.split(".")) - node.level + 1]
                 target = ".".join(base + ([node.module] if node.module else []))
             else:
                 target = node.module or ""
-            if target.split(".")[0] != "agl":
+            if target.split(".")[0] != root:
                 continue
             found.add(target)
             found |= {f"{target}.{a.name}" for a in node.names if _is_module(f"{target}.{a.name}")}
@@ -76,7 +90,8 @@ def imports(source: str, name: str, *, is_package: bool = False) -> set[str]:
 
 
 def graph(root: Path) -> dict[str, set[str]]:
-    """Every module under `root` (the `agl` package's folder) → the agl modules it imports."""
+    """Every module under `root` (the `agl` package's folder, or another's) → the modules of its package it
+    imports."""
     return {
         module_name(path, root): imports(
             path.read_text(), module_name(path, root), is_package=path.name == "__init__.py"
@@ -85,14 +100,16 @@ def graph(root: Path) -> dict[str, set[str]]:
     }
 
 
-def upward_imports(name: str, targets: set[str]) -> list[str]:
+def upward_imports(name: str, targets: set[str], stages: Stages = STAGES) -> list[str]:
     """The imports of `name` that reach a stage above its own, described."""
+    root = name.split(".")[0]
     out = []
     for target in sorted(targets):
-        if target == "agl" and name != "agl":  # `from agl import x`: judged by x itself
+        if target == root and name != root:  # `from agl import x`: judged by x itself
             continue
-        if stage(target) > stage(name):
-            out.append(f"{name} ({STAGES[stage(name)][0]}) imports {target} ({STAGES[stage(target)][0]})")
+        here, there = stage(name, stages), stage(target, stages)
+        if there > here:
+            out.append(f"{name} ({stages[here][0]}) imports {target} ({stages[there][0]})")
     return out
 
 
