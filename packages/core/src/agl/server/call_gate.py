@@ -75,7 +75,13 @@ class CallGate:
 
     @property
     def held(self) -> bool:
-        return not self._event().is_set()
+        """Whether a hold is in force now: a lapsed hold opens the gate here too, not only when a call next
+        arrives (the status route read "held" for as long as no call came after the lapse)."""
+        event = self._event()
+        if not event.is_set() and time.monotonic() >= self._lapses_at:
+            log.warning("a hold on new LLM calls lapsed without being released: calls flow again")
+            event.set()
+        return not event.is_set()
 
     async def passed(self) -> None:
         """Returns at once while the gate is open; otherwise when it is released or its hold lapses."""
