@@ -122,9 +122,10 @@ def test_an_engine_that_dies_fails_its_call_once_and_its_attempts_move_on(
 
 def test_the_trainer_adds_and_removes_engines(tmp_path: Path, two_engines: list[tuple[Any, str]]) -> None:
     (_, one), (_, two) = two_engines
-    server = start_server(tmp_path / "run", upstream=one)
+    (tmp_path / "admin").write_text("the trainer's admin token")  # engines change only with a token
+    server = start_server(tmp_path / "run", upstream=one, extra_args=[f"--admin-token-file={tmp_path / 'admin'}"])
     try:
-        with Client(server.url) as client:
+        with Client(server.url, token="the trainer's admin token") as client:
             rid, base = attempt(server, client)
             assert chat(base).status_code == 200
             assert engines_of(client, rid) == [None]  # one engine: as before, none named

@@ -130,8 +130,10 @@ def fleet_run(address: str, model_dir: str, run_dir: str) -> None:
                 return [m["id"] for m in httpx.get(f"{url}/models").json()["data"]]
 
             out["served_v1"] = [served(url) for url in fleet.urls()]
-            server = start_server(run / "store", extra_args=[f"--upstream={url}" for url in fleet.urls()])
-            client = Client(server.url)
+            (run / "admin").write_text("admin token")  # the engine routes need one, as the trainer's server has
+            more = [f"--upstream={url}" for url in fleet.urls()]
+            server = start_server(run / "store", extra_args=[*more, f"--admin-token-file={run / 'admin'}"])
+            client = Client(server.url, token="admin token")
             fleet.on_lost.append(client.remove_engine)
             attempts = []
             for _ in range(4):

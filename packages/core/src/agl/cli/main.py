@@ -12,7 +12,7 @@ from typing import Any, NoReturn
 import click
 
 from agl._version import __version__
-from agl.cli.secrets import forbid_dumping, token_options
+from agl.cli.secrets import forbid_dumping, read_token_file, token_options
 from agl.learn.selection import AgentSelection
 
 log = logging.getLogger("agl.worker")
@@ -230,6 +230,25 @@ def cli() -> None:
     " attempt's completion, is refused with 400 and nothing of its request is stored.",
 )
 @click.option(
+    "--admin-token-file",
+    type=click.Path(dir_okay=False, path_type=Path),
+    default=None,
+    help="A file holding a token that opens the engine routes (/api/v1/proxy/engines) of a server without --token;"
+    " a trainer gives it to the server it starts. Without either, engines are changed only on the command line.",
+)
+@click.option(
+    "--engine-host",
+    "engine_hosts",
+    multiple=True,
+    help="A host engines may be added on at run time (repeatable); without it any host but link-local addresses.",
+)
+@click.option(
+    "--api-key-to-added-engines",
+    is_flag=True,
+    default=False,
+    help="Send --upstream-api-key to engines added at run time too (by default only to those given with --upstream).",
+)
+@click.option(
     "--log-level", default="warning", show_default=True, type=click.Choice(["debug", "info", "warning", "error"])
 )
 def serve(
@@ -259,6 +278,9 @@ def serve(
     hold_drain_timeout: float,
     max_connections: int | None,
     max_abs_reward: float,
+    admin_token_file: Path | None,
+    engine_hosts: tuple[str, ...],
+    api_key_to_added_engines: bool,
     log_level: str,
 ) -> None:
     """Start the agl server: store REST API (/api/v1, OpenAPI at /openapi.json), OTLP/HTTP receiver
@@ -284,6 +306,9 @@ def serve(
         max_spans_per_request=max_spans_per_request,
         hold_drain_max_s=hold_drain_timeout,
         max_abs_reward=max_abs_reward,
+        admin_token=read_token_file(admin_token_file) if admin_token_file else None,
+        engine_hosts=engine_hosts,
+        api_key_to_added_engines=api_key_to_added_engines,
         connections=ConnectionLimits(
             max_head_bytes=int(max_header_kb * 1024),
             head_timeout_s=header_timeout,

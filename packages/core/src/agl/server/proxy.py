@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import secrets
 import time
 from collections.abc import AsyncIterator
 from concurrent.futures import Future
@@ -52,6 +53,10 @@ BAD_ANSWER = "upstream_bad_answer"
 RELAY_PIECE = 32 * 1024  # bytes of a stream parsed per step of the event loop (about 2 ms of work)
 ABANDONED_STREAM = "the agent hung up before the whole streamed answer reached it"
 MiB = 1024 * 1024
+# the agl servers a call has passed through, each named by its instance id: a server refuses a call it sent itself
+VIA_HEADER = "x-agl-via"
+SERVER_HEADER = "x-agl-server"  # on agl's model lists: which agl server answered
+MAX_HOPS = 4
 
 
 @dataclass
@@ -97,6 +102,7 @@ class LLMProxy:
         self.model_version: ModelVersion | None = store.latest_model_version()
         self.meter = CallMeter()
         self.engines = EngineRouter([u for u in (upstream.base_url, *upstream.more_urls) if u])
+        self.instance = secrets.token_hex(8)  # names this server in the via header of what it sends
         self.gate = CallGate(self.meter)  # closed by a trainer while it changes weights in place (call_gate)
         self._token_ids_rejected = upstream.token_ids == "never"
         self._session: aiohttp.ClientSession | None = None
@@ -145,7 +151,8 @@ class LLMProxy:
             "object": "list",
             "data": [{"id": self.served_model, "object": "model", "created": now, "owned_by": "agl"}],
         }
-        return Response(orjson.dumps(body), media_type="application/json")
+        # the header tells an engine being added that this URL is agl itself (routes_training refuses it)
+        return Response(orjson.dumps(body), media_type="application/json", headers={SERVER_HEADER: self.instance})
 
     async def served_models(self) -> list[str] | None:
         """The upstream's model names (None: not known; it has not answered `/models` yet). Calls that arrive while
@@ -166,7 +173,7 @@ class LLMProxy:
         if first is None:
             return
         url = f"{first.url}/models"
-        headers = {"authorization": f"Bearer {self.upstream.api_key}"} if self.upstream.api_key else {}
+        headers = self.upstream_headers(first)
         try:
             timeout = aiohttp.ClientTimeout(total=5)
             async with self._client().get(url, headers=headers, timeout=timeout, allow_redirects=False) as resp:
@@ -225,12 +232,33 @@ class LLMProxy:
             rec.asked_token_ids = True
         return payload
 
-    def _headers(self, rec: CallRecord) -> dict[str, str]:
-        # The rollout's mode travels to the backend: agl's embedded engine decodes eval rollouts greedily.
-        headers = {"content-type": "application/json", "accept-encoding": "identity", MODE_HEADER: rec.mode}
-        if self.upstream.api_key:
+    def _headers(self, rec: CallRecord, engine: Engine) -> dict[str, str]:
+        # The rollout's mode travels to the backend: agl's embedded engine decodes eval rollouts greedily. The via
+        # header names this server: an engine that leads back to it is refused there (`loop_problem`).
+        return {
+            "content-type": "application/json",
+            "accept-encoding": "identity",
+            MODE_HEADER: rec.mode,
+            **self.upstream_headers(engine),
+        }
+
+    def upstream_headers(self, engine: Engine) -> dict[str, str]:
+        """What every request to an engine carries: this server's name (a loop is refused) and the upstream's API
+        key where the engine gets it."""
+        headers = {VIA_HEADER: self.instance}
+        if self.upstream.api_key and engine.gets_api_key:
             headers["authorization"] = f"Bearer {self.upstream.api_key}"
         return headers
+
+    def loop_problem(self, headers: Any) -> str | None:
+        """Why a call must be refused as a loop: it was sent by this very server (an engine that leads back to it),
+        or has passed through more agl servers than any real set-up chains."""
+        via = [v.strip() for v in headers.get(VIA_HEADER, "").split(",") if v.strip()]
+        if self.instance in via:
+            return "this call was sent by this agl server to one of its engines: an engine must not lead back to agl"
+        if len(via) >= MAX_HOPS:
+            return f"this call has passed through {len(via)} agl servers: a loop of engines"
+        return None
 
     def _rejected_token_ids(self, status: int, content: bytes) -> bool:
         return self.upstream.token_ids == "auto" and status == 400 and TOKEN_ID_PARAM.encode() in content
@@ -275,6 +303,8 @@ class LLMProxy:
                 log.exception("could not store LLM call %s/%s", rec.attempt_id, rec.seq)
 
     async def chat_completions(self, request: Request, rollout_id: str, attempt_id: str) -> Response:
+        if (loop := self.loop_problem(request.headers)) is not None:  # before the body costs anything
+            return openai_error(508, loop, "invalid_request_error", "loop_detected")
         raw = await request.body()
         parsed = await off_loop_if_large(partial(parse_chat, max_structures=self.upstream.max_request_structures), raw)
         if isinstance(parsed, str):
@@ -295,6 +325,8 @@ class LLMProxy:
         """Forward and record one chat-completions request of an attempt, its body already checked by
         `request_problem` (`route`: the API the agent called; `client_stream`: whether it asked for a stream, when
         the backend is asked otherwise; `heavy`: a large request, whose record is built off the event loop)."""
+        if (loop := self.loop_problem(request.headers)) is not None:
+            return openai_error(508, loop, "invalid_request_error", "loop_detected")  # nothing stored: no call
         owner = self.store.attempt_rollout(attempt_id)
         if owner is None or owner[0] != rollout_id:
             return openai_error(
@@ -339,9 +371,12 @@ class LLMProxy:
 
     async def _post(self, rec: CallRecord) -> aiohttp.ClientResponse:
         """POST to the attempt's engine; the caller reads and releases the answer. An engine that cannot be
-        reached (nothing was sent) is taken out of rotation and the call tried once on another."""
+        reached (nothing was sent) is taken out of rotation and the call tried on the next, each engine once: the
+        call fails (a 502, stored once) only when none could be reached."""
         engine = self._route(rec)
-        for _ in range(3):
+        tried: set[str] = set()
+        asked_again = False  # once more on the same engine, without token ids, when it rejects them
+        while True:
             payload = self._upstream_payload(rec.request, rec)
             try:
                 # no redirects: the answer must come from the backend agl was pointed at (a redirect could send
@@ -349,14 +384,15 @@ class LLMProxy:
                 resp = await self._client().post(
                     f"{engine.url}/chat/completions",
                     data=orjson.dumps(payload),
-                    headers=self._headers(rec),
+                    headers=self._headers(rec, engine),
                     allow_redirects=False,
                 )
             except aiohttp.ClientConnectorError as exc:
+                tried.add(engine.url)
+                other = self.engines.pick(rec.attempt_id, avoid=tried)
+                if other is None:
+                    raise  # counted against the engine where the failure is stored (`_upstream_failed`)
                 self.engines.failed(engine, f"{type(exc).__name__}: {exc}")
-                other = self.engines.pick(rec.attempt_id, avoid=engine) if self.engines.several else None
-                if other is None or other is engine:
-                    raise
                 engine = self._route(rec, other)
                 continue
             self.engines.answered(engine)
@@ -364,7 +400,7 @@ class LLMProxy:
                 resp.close()
                 where = resp.headers.get("location")
                 raise BadAnswer(f"HTTP {resp.status}, a redirect{f' to {where}' if where else ''}: agl follows none")
-            if resp.status == 400 and rec.asked_token_ids:
+            if resp.status == 400 and rec.asked_token_ids and not asked_again:
                 try:
                     content = await read_capped(resp, self.upstream.max_answer_bytes)
                 except BaseException:
@@ -374,9 +410,9 @@ class LLMProxy:
                     log.warning("upstream rejects %s: calls will be stored as not trainable", TOKEN_ID_PARAM)
                     self._token_ids_rejected = True
                     resp.release()
+                    asked_again = True
                     continue
             return resp
-        return resp
 
     def _route(self, rec: CallRecord, engine: Engine | None = None) -> Engine:
         """Send the call to `engine` (or the one the router picks), counted on its meter; the record names it
@@ -404,6 +440,8 @@ class LLMProxy:
         return resp
 
     def _bad_answer(self, rec: CallRecord, problem: str, seq_header: dict[str, str], stream: bool) -> Response:
+        if rec.engine_used is not None:  # an engine that answers garbage leaves rotation as an unreachable one does
+            self.engines.failed(rec.engine_used, f"unusable answer: {problem}"[:500])
         rec.http_status = 502
         rec.error = f"the LLM backend's answer is unusable: {problem}"
         self._store(rec, stream=stream)
@@ -412,6 +450,13 @@ class LLMProxy:
         )
         resp.headers.update(seq_header)
         return resp
+
+    def _engine_erred(self, rec: CallRecord, status: int, parsed: Any) -> None:
+        """An engine's failure (a 5xx, or an answer that is not JSON) takes it out of rotation; a 4xx is the
+        request's fault, not the engine's."""
+        if rec.engine_used is not None and (status >= 500 or not isinstance(parsed, dict)):
+            why = rec.error if isinstance(parsed, dict) else f"unusable answer: {rec.error}"
+            self.engines.failed(rec.engine_used, (why or f"HTTP {status}")[:500])
 
     async def _fetch(self, rec: CallRecord) -> tuple[int, bytes, Any]:
         """The upstream's status, answer and the answer parsed (None: not JSON), a large one parsed off the loop."""
@@ -446,6 +491,7 @@ class LLMProxy:
         rec.http_status = status
         if status >= 400 or not isinstance(parsed, dict):
             rec.error = error_message(parsed, content, status)
+            self._engine_erred(rec, status, parsed)
             self._store(rec, stream=False)
             if isinstance(parsed, dict) and "error" in parsed:
                 return Response(content, status_code=status, media_type="application/json", headers=seq_header)
@@ -478,6 +524,7 @@ class LLMProxy:
             except orjson.JSONDecodeError:
                 parsed = None
             rec.error = error_message(parsed, content, resp.status)
+            self._engine_erred(rec, resp.status, parsed)
             self._store(rec, stream=True)
             if isinstance(parsed, dict) and "error" in parsed:
                 return Response(content, status_code=resp.status, media_type="application/json", headers=seq_header)
@@ -547,6 +594,8 @@ class LLMProxy:
             if not stored:
                 if rec.error is None:
                     rec.error = "the backend closed the stream without [DONE]"
+                if rec.engine_used is not None and rec.error.startswith(MALFORMED):
+                    self.engines.failed(rec.engine_used, rec.error[:500])
                 self._store(rec, stream=True)
             elif rec.abandoned:
                 # stored as answered (committed before the last bytes went out), but the agent left first

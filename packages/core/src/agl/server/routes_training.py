@@ -12,6 +12,7 @@ from fastapi import FastAPI, Query, Request
 from starlette.responses import Response, StreamingResponse
 
 from agl.schema import INT64_MAX, EngineIn, ModelVersion, ModelVersionIn
+from agl.server.engine_admission import EngineRefused, admitted_url, check_operator
 from agl.server.errors import error_response
 from agl.server.relay import hung_up
 from agl.server.routes_server import API
@@ -54,14 +55,29 @@ def add_routes(app: FastAPI, server: ServerContext) -> None:
         return proxy.engines.usage()
 
     @app.post(f"{API}/proxy/engines", tags=["models"], status_code=201)
-    async def add_engine(engine: EngineIn) -> list[dict[str, Any]]:
-        """Put an engine in rotation (the trainer, as it starts a server); one already known is put back in."""
-        proxy.engines.add(engine.url)
+    async def add_engine(engine: EngineIn, request: Request) -> Any:
+        """Put an engine in rotation (the trainer, as it starts a server); one already known is put back in. Needs
+        the operator's or the admin token; the URL is checked (agl.server.engine_admission)."""
+        try:
+            check_operator(request, server.settings)
+            url = await admitted_url(engine.url, request, server.settings, proxy)
+        except EngineRefused as exc:
+            return error_response(
+                exc.status, str(exc), "permission_error" if exc.status == 403 else "invalid_request_error"
+            )
+        known = proxy.engines.engines.get(url)
+        proxy.engines.add(
+            url, gets_api_key=server.settings.api_key_to_added_engines if known is None else known.gets_api_key
+        )
         return proxy.engines.usage()
 
     @app.post(f"{API}/proxy/engines/remove", tags=["models"])
-    async def remove_engine(engine: EngineIn) -> list[dict[str, Any]]:
+    async def remove_engine(engine: EngineIn, request: Request) -> Any:
         """Take an engine out of rotation for good (its calls in flight go on); 404 when it is not known."""
+        try:
+            check_operator(request, server.settings)
+        except EngineRefused as exc:
+            return error_response(exc.status, str(exc), "permission_error")
         if not proxy.engines.remove(engine.url):
             raise NotFoundError(f"no engine {engine.url!r}: the proxy routes over {proxy.engines.usage()}")
         return proxy.engines.usage()

@@ -34,3 +34,10 @@ class ServerSettings:
     connections: ConnectionLimits = field(default_factory=ConnectionLimits)
     # rewards are accepted in [-max_abs_reward, max_abs_reward] (agl.server.reward_range)
     max_abs_reward: float = DEFAULT_MAX_ABS_REWARD
+    # a token that opens the engine routes of a server without `token` (a trainer gives it to the server it starts;
+    # agl.server.engine_admission)
+    admin_token: str | None = None
+    # the hosts engines may be added on at run time (empty: any but link-local addresses)
+    engine_hosts: tuple[str, ...] = ()
+    # whether engines added at run time get the upstream's API key (those on the command line always do)
+    api_key_to_added_engines: bool = False

@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import secrets
 import subprocess
 import time
 from collections import Counter
@@ -146,8 +147,16 @@ class TrainingRun:
         sampling = [f"--temperature={cfg.temperature}", f"--eval-temperature={eval_temperature}"]
         # on several nodes the proxy routes over every node's server (agl.server.engines)
         more = [f"--upstream={url}" for url in (self.fleet.urls()[1:] if self.fleet else [])]
+        # the engine routes need a token even on loopback: the trainer's own, in a file only its user reads
+        admin_token = secrets.token_urlsafe(32)
+        admin_file = self.run_dir / ".admin-token"
+        admin_file.touch(mode=0o600)
+        admin_file.chmod(0o600)  # a file left by an earlier run keeps its mode otherwise
+        admin_file.write_text(admin_token)
         self.server: ServerProcess = start_server(
-            self.run_dir, upstream=upstream, extra_args=["--log-level=warning", *sampling, *more]
+            self.run_dir,
+            upstream=upstream,
+            extra_args=["--log-level=warning", f"--admin-token-file={admin_file}", *sampling, *more],
         )
         stack.callback(self.server.stop)
         for i in range(cfg.workers):
@@ -160,7 +169,7 @@ class TrainingRun:
                 )
             )
         stack.callback(self._stop_workers)
-        self.client = stack.enter_context(Client(self.server.url))
+        self.client = stack.enter_context(Client(self.server.url, token=admin_token))
         if self.fleet is not None:  # a server that stops leaves the proxy's rotation; the run goes on with the rest
             self.fleet.on_lost.append(self.client.remove_engine)
         self.rollouts = RolloutQueue(
