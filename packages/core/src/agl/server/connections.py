@@ -17,7 +17,7 @@ as long as the client keeps its connection open. This protocol, a subclass of uv
   body carries besides its data (chunk lines and trailers: the header cap, 431), checked after every read;
 - a deadline for a client that reads none of its answer: once the socket and the transport's buffer are full, the
   client has `send_timeout_s` to take some of it, or the connection is dropped (the app sees a hang-up: a proxied
-  call is stored as abandoned);
+  call is stored as abandoned), also once the answer is finished and the connection only waits to flush it;
 - a cap on open connections: at the cap, the connection that has waited longest for a request's headers or body
   (an idle, slow or stalled client; never one whose answer is under way) is closed to make room; when there is
   none, the new one is answered 503 with Retry-After.
@@ -310,7 +310,10 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
 
     def _send_timed_out(self) -> None:
         self._send_timer = None
-        if self.transport is None or self.transport.is_closing():
+        # a closing transport is cut too: once a non-streamed answer is written, keep-alive's end (or `connection:
+        # close`) closes the transport, and a close waits to flush what the client never reads, for as long as it
+        # keeps its socket open; a transport that did close has stopped this timer (connection_lost)
+        if self.transport is None:
             return
         self.events.note(
             "stalled reader",
