@@ -9,6 +9,7 @@ process serves them to a real agl server over HTTP.
 
 from __future__ import annotations
 
+import itertools
 import json
 import threading
 import time
@@ -119,6 +120,12 @@ class Hostile:
             await send_body(send, 200, iter([sse(chunk([7], ["x"]), chunk([8], [-0.25]))]), SSE_HEADERS)
         elif scenario == "stream-misaligned":
             await send_body(send, 200, iter([sse(chunk([7, 8], [-0.5]), chunk([9, 10], [-0.25]))]), SSE_HEADERS)
+        elif scenario == "stream-endless":  # valid events, one token each, that never end (until agl hangs up)
+            event = b"data: " + orjson.dumps(chunk([7], [-0.5], "x" * 1000)) + b"\n\n"
+            parts = itertools.chain(
+                [sse(chunk([7], [-0.5]))[: -len(b"data: [DONE]\n\n")]], itertools.repeat(event * 16)
+            )
+            await send_body(send, 200, parts, SSE_HEADERS)
         elif scenario == "stream-no-separator":  # 8 MB of one event that never ends
             parts = iter([b"data: {" + b"x" * (64 * 1024)] + [b"x" * (64 * 1024)] * 127)
             await send_body(send, 200, parts, SSE_HEADERS)
@@ -145,6 +152,7 @@ def hostile_server(tmp_path: Path) -> Iterator[str]:
         # set after construction, so this module also runs (and fails) against a proxy without the caps
         config.max_answer_bytes = CAP
         config.max_event_bytes = CAP
+        config.max_stream_bytes = 4 * CAP
         app = create_app(ServerSettings(run_dir=tmp_path / "run", upstream=config))
         with ThreadedServer(app) as server:
             yield server.url
@@ -239,6 +247,24 @@ def test_a_stream_event_past_the_cap_cuts_the_stream(hostile_server: str) -> Non
     call = stored(hostile_server, rid)
     assert (call.trainable, call.status) == (False, "error")
     assert "SSE event" in (call.error or "")
+
+
+@pytest.mark.parametrize(("max_tokens", "cut_by"), [(None, "bytes"), (20, "84 tokens")])
+def test_an_endless_stream_is_cut_at_its_total_cap(hostile_server: str, max_tokens: int | None, cut_by: str) -> None:
+    """Valid events that never end were relayed and stored whole (615 MB in 25 s): the stream is cut at its total
+    cap, in bytes, or in tokens past the request's max_tokens (and 64 of slack), and stored not trainable."""
+    rid, base = attempt(hostile_server)
+    body: dict[str, Any] = {"model": "m", "stream": True, "messages": [{"role": "user", "content": "stream-endless"}]}
+    if max_tokens is not None:
+        body["max_tokens"] = max_tokens
+    resp = httpx.post(f"{base}/chat/completions", json=body, timeout=60)
+    assert resp.status_code == 200
+    assert len(resp.content) < 6 * CAP  # the byte cap is 4 × CAP
+    last = resp.text.rstrip("\n").rsplit("\n\n", 1)[-1]
+    assert last.startswith("data: ") and json.loads(last[6:])["error"]["code"] == "upstream_bad_answer", last[:300]
+    call = stored(hostile_server, rid)
+    assert (call.trainable, call.status) == (False, "error")
+    assert cut_by in (call.error or ""), call.error
 
 
 @pytest.mark.parametrize(

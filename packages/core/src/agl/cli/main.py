@@ -151,6 +151,21 @@ def cli() -> None:
     help="Largest event of an upstream's streamed answer (the stream is cut past it, the call stored with the error).",
 )
 @click.option(
+    "--upstream-max-stream-mb",
+    type=click.FloatRange(min=0.001),
+    default=64.0,
+    show_default=True,
+    help="Most bytes of one streamed answer: past it the stream is cut and the call stored not trainable.",
+)
+@click.option(
+    "--upstream-max-stream-tokens",
+    type=click.IntRange(min=1),
+    default=131_072,
+    show_default=True,
+    help="Most tokens of one streamed answer whose request sets no max_tokens (with max_tokens: that, and 64 more),"
+    " past which the stream is cut and the call stored not trainable.",
+)
+@click.option(
     "--allowed-host",
     "allowed_hosts",
     multiple=True,
@@ -266,6 +281,8 @@ def serve(
     upstream_connections: int,
     upstream_max_answer_mb: float,
     upstream_max_event_mb: float,
+    upstream_max_stream_mb: float,
+    upstream_max_stream_tokens: int,
     allowed_hosts: tuple[str, ...],
     served_model: str,
     max_body_mb: float,
@@ -328,6 +345,8 @@ def serve(
             max_connections=upstream_connections,
             max_answer_bytes=int(upstream_max_answer_mb * 1024 * 1024),
             max_event_bytes=int(upstream_max_event_mb * 1024 * 1024),
+            max_stream_bytes=int(upstream_max_stream_mb * 1024 * 1024),
+            max_stream_tokens=upstream_max_stream_tokens,
             max_request_structures=max_request_structures,
         ),
     )

@@ -83,6 +83,11 @@ class UpstreamConfig:
     # the first also the prompt's ids (a million-token prompt is ~8 MB); a stream without separators would
     # otherwise be buffered whole
     max_event_bytes: int = 16 * MiB
+    # a stream's total cap, past which it is cut and stored not trainable (an upstream that never stops, or one
+    # sending more than it was asked for, would otherwise be relayed and stored whole): its bytes, and its tokens
+    # when the request sets no max_tokens (when it does, that number and a little slack)
+    max_stream_bytes: int = 64 * MiB
+    max_stream_tokens: int = 131_072
     # the most JSON objects and lists one request body may open (agl.server.call_record says why)
     max_request_structures: int = MAX_REQUEST_STRUCTURES
 
@@ -541,6 +546,8 @@ class LLMProxy:
         `\\n\\n` split across chunks), and the complete events leave it in one cut per chunk."""
         pending = bytearray()
         stored = cut = False
+        relayed = events = 0
+        token_cap = self._stream_token_cap(rec)
         try:
             # in pieces, with the loop let go between them: one read of all aiohttp had buffered was up to 768 KB of
             # events parsed in one step, and every other request waited 50-250 ms behind it
@@ -553,19 +560,27 @@ class LLMProxy:
                 while (end := pending.find(b"\n\n", max(searched, taken))) >= 0:
                     event = bytes(pending[taken:end])
                     taken = end + 2
+                    events += 1
                     done = self._take_event(event, rec) or done
                     if rec.strip_logprobs:
                         rewritten.append(event_without_logprobs(event) + b"\n\n")
                 if taken:
                     del pending[:taken]
+                relayed += len(chunk)
+                why = None
                 if len(pending) > self.upstream.max_event_bytes:
-                    # the agent has its 200 and maybe part of this event: the stream ends with an error event, as
-                    # vLLM ends a stream that fails (OpenAI's SDKs raise it), after a blank line ending the part
-                    cut = True
                     why = (
                         f"an SSE event past {self.upstream.max_event_bytes} bytes without the blank line that ends"
                         " it: the stream was cut"
                     )
+                elif relayed > self.upstream.max_stream_bytes:
+                    why = f"the stream passed {self.upstream.max_stream_bytes} bytes without ending: it was cut"
+                elif max(events, len(rec.response_ids or ())) > token_cap:
+                    why = f"the stream passed {token_cap} tokens (events) without ending: it was cut"
+                if why is not None:
+                    # the agent has its 200 and maybe part of an event: the stream ends with an error event, as
+                    # vLLM ends a stream that fails (OpenAI's SDKs raise it), after a blank line ending the part
+                    cut = True
                     if not stored:
                         rec.error = f"{MALFORMED}: {why}"
                     resp.close()
@@ -603,6 +618,19 @@ class LLMProxy:
                     self.store.mark_llm_call_abandoned(rec.attempt_id, rec.seq, f"abandoned: {ABANDONED_STREAM}")
                 except Exception:
                     log.exception("could not mark LLM call %s/%s abandoned", rec.attempt_id, rec.seq)
+
+    def _stream_token_cap(self, rec: CallRecord) -> int:
+        """The most tokens (or events: one carries a token or more) a stream of this call may carry: what the
+        request allows for each of its choices and a little slack (a final usage event, a backend counting
+        differently), else the cap."""
+        asked = [
+            v
+            for v in (rec.request.get("max_tokens"), rec.request.get("max_completion_tokens"))
+            if isinstance(v, int) and not isinstance(v, bool)
+        ]
+        n = rec.request.get("n")
+        choices = n if isinstance(n, int) and not isinstance(n, bool) and n > 0 else 1
+        return (min(asked) + 64) * choices if asked else self.upstream.max_stream_tokens
 
     @staticmethod
     def _take_event(event: bytes, rec: CallRecord) -> bool:
