@@ -186,7 +186,11 @@ def test_k1_with_the_verl_trainer(tmp_path: Path, tiny: Path) -> None:
         pytest.fail('verl is not installed: pip install "agl-trainer[verl]" (make install does)')
     run_dir = tmp_path / "run"
     cfg = dataclasses.replace(
-        config(run_dir, tiny, 1, None), steps=2, trainer="verl", policy=PolicyConfig(lr=1e-2, is_cap=2.0)
+        config(run_dir, tiny, 1, None),
+        agent=AGENT.replace("duo_agent", "graded_duo_agent"),  # every step trains: the weights below exist
+        steps=2,
+        trainer="verl",
+        policy=PolicyConfig(lr=1e-2, is_cap=2.0),
     )
     TrainingRun(cfg).run()
     version_steps, trainable, rows = stored(run_dir)
@@ -195,4 +199,5 @@ def test_k1_with_the_verl_trainer(tmp_path: Path, tiny: Path) -> None:
     assert ages[1][1] > 0, ages  # step 2's rollouts began under version 1
     for row in rows:
         assert row["staleness"] == {str(a): n for a, n in sorted(ages[row["step"]].items())}
+        assert row["update_skipped_zero_advantage"] < row["transitions"], row  # it trained on something
         assert row["update_is_weight_mean"] > 0 and row["update_is_weight_max"] >= row["update_is_weight_mean"]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import random
 from typing import Any
 
 import agl
@@ -20,10 +21,8 @@ def parity_agent(task: Any, llm: agl.LLM) -> float:
     return float(len(reply.choices[0].message.content or "") % 2 == 0)
 
 
-@agl.rollout
-def duo_agent(task: Any, llm: agl.LLM) -> float:
-    """Two agents, one call each: a speaker samples an answer and a listener repeats it. The reward depends on
-    the speaker's sample, as in `parity_agent`."""
+def _speaker_and_listener(task: Any, llm: agl.LLM) -> str:
+    """A speaker samples an answer and a listener repeats it; the speaker's text."""
     client = llm.openai_client(max_retries=0)
     with agl.agent("speaker"):
         said = client.chat.completions.create(
@@ -32,4 +31,20 @@ def duo_agent(task: Any, llm: agl.LLM) -> float:
     text = said.choices[0].message.content or ""
     with agl.agent("listener"):
         client.chat.completions.create(model=llm.model, messages=[{"role": "user", "content": text}], max_tokens=4)
-    return float(len(text) % 2 == 0)
+    return text
+
+
+@agl.rollout
+def duo_agent(task: Any, llm: agl.LLM) -> float:
+    """Two agents, one call each: a speaker samples an answer and a listener repeats it. The reward depends on
+    the speaker's sample, as in `parity_agent`."""
+    return float(len(_speaker_and_listener(task, llm)) % 2 == 0)
+
+
+@agl.rollout
+def graded_duo_agent(task: Any, llm: agl.LLM) -> float:
+    """`duo_agent` with a reward that differs within every group (a draw from [0, 1)): every step has advantages
+    to train on, so a test of what an update reports never meets a step whose groups all agree (with parity
+    rewards from a tiny random model, a step of two groups of four did now and then, and trained on nothing)."""
+    _speaker_and_listener(task, llm)
+    return random.random()
