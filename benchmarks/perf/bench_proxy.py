@@ -47,12 +47,19 @@ BODY = {
 @contextmanager
 def bare_proxy(upstream_url: str) -> Iterator[str]:
     """The bare pass-through proxy in a process of its own, forwarding to `upstream_url`: its `/v1` URL."""
+    with bare_proxy_process(upstream_url) as (url, _):
+        yield url
+
+
+@contextmanager
+def bare_proxy_process(upstream_url: str) -> Iterator[tuple[str, int]]:
+    """The bare pass-through proxy's `/v1` URL and its process id."""
     script = Path(__file__).with_name("_bare_proxy.py")
     proc = subprocess.Popen(
         [sys.executable, str(script), upstream_url], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True
     )
     try:
-        yield read_ready_line(proc, "BARE_PROXY_READY", 60) + "/v1"
+        yield read_ready_line(proc, "BARE_PROXY_READY", 60) + "/v1", proc.pid
     finally:
         proc.terminate()
         proc.wait(10)

@@ -9,8 +9,8 @@ upstream, bare proxy and server share the machine's cores: on 2 cores this is a 
     .venv/bin/python benchmarks/perf/bench_scale.py                 # every concurrency
     .venv/bin/python benchmarks/perf/bench_scale.py --profile 256   # and py-spy's profile of the server at 256
 
-`--profile C` records the server with py-spy (installed with the dev tools) during the proxied rounds at
-concurrency C and prints its 15 heaviest functions (by own time).
+`--profile C` runs only concurrency C, against a server under cProfile (its event loop's thread, where the
+proxy's work is; the profiler slows it, so read shares, not rates), and prints its heaviest functions by own time.
 """
 
 from __future__ import annotations
@@ -18,10 +18,13 @@ from __future__ import annotations
 import argparse
 import asyncio
 import os
+import pstats
+import signal
 import subprocess
 import sys
 import tempfile
-import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -29,7 +32,9 @@ import httpx
 import orjson
 from _common import median, report, upstream_and_server
 from _loadgen import run_round
-from bench_proxy import BODY, bare_proxy
+from bench_proxy import BODY, bare_proxy_process
+
+from agl.common.processes import read_ready_line
 
 CONCURRENCIES = (16, 64, 256, 1024)
 TARGET_RATIO_256 = 0.6
@@ -50,17 +55,21 @@ def rss_mb(pid: int) -> float:
 
 
 async def one_concurrency(
-    bare_url: str, proxy_url: str, pid: int, concurrency: int, n: int, rounds: int
+    bare: tuple[str, int], proxy_url: str, pid: int, concurrency: int, n: int, rounds: int
 ) -> dict[str, float]:
+    """Rounds of `n` calls over `concurrency` connections, the bare proxy's (its URL and pid) and agl's alternating."""
+    bare_url, bare_pid = bare
     direct_body = orjson.dumps({**BODY, "return_token_ids": True, "logprobs": True})
     proxy_body = orjson.dumps(BODY)
     await run_round(bare_url, direct_body, min(n, 4 * concurrency), concurrency)  # warm both
     await run_round(proxy_url, proxy_body, min(n, 4 * concurrency), concurrency)
     lat: dict[str, list[float]] = {"bare": [], "proxy": []}
     elapsed = {"bare": 0.0, "proxy": 0.0}
-    server_cpu = 0.0
+    server_cpu = bare_cpu = 0.0
     for _ in range(rounds):
+        before = cpu_s(bare_pid)
         latencies, dt = await run_round(bare_url, direct_body, n, concurrency)
+        bare_cpu += cpu_s(bare_pid) - before
         lat["bare"] += latencies
         elapsed["bare"] += dt
         before = cpu_s(pid)
@@ -77,62 +86,83 @@ async def one_concurrency(
         "proxy p50 ms": median(lat["proxy"]) * 1e3,
         "added p50 ms": (median(lat["proxy"]) - median(lat["bare"])) * 1e3,
         "server CPU ms per call": server_cpu / total * 1e3,
+        "bare proxy CPU ms per call": bare_cpu / total * 1e3,
         "server RSS MB": rss_mb(pid),
     }
 
 
-def profiled(pid: int, seconds: float, out: Path) -> subprocess.Popen[bytes]:
-    """py-spy recording the server for `seconds` (raw collapsed stacks, with each function's own time)."""
-    spy = Path(sys.executable).with_name("py-spy")
-    argv = [str(spy), "record", "--pid", str(pid), "--duration", str(int(seconds)), "--format", "raw"]
-    return subprocess.Popen([*argv, "--output", str(out), "--nonblocking"], stdout=subprocess.DEVNULL)
+# `agl serve` under cProfile (the event loop's thread, where the proxy's work is), its profile written at exit
+_PROFILED_SERVE = (
+    "import cProfile, signal, sys\n"
+    # uvicorn raises the signal it stopped on again once it has shut down: exit then, and let the profile be written
+    "signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))\n"
+    "profile = cProfile.Profile()\n"
+    "profile.enable()\n"
+    "from agl.cli.main import main\n"
+    "sys.argv = ['agl', 'serve', *sys.argv[2:]]\n"
+    "try:\n"
+    "    main()\n"
+    "finally:\n"
+    "    profile.disable()\n"
+    "    profile.dump_stats(OUT)\n"
+)
 
 
-def heaviest(raw: Path, top: int = 15) -> list[tuple[str, float]]:
-    """The functions with the most samples on top of the stack, as shares of all samples."""
-    own: dict[str, int] = {}
-    total = 0
-    for line in raw.read_text().splitlines():
-        stack, _, count = line.rpartition(" ")
-        if not stack:
-            continue
-        frame = stack.split(";")[-1]
-        own[frame] = own.get(frame, 0) + int(count)
-        total += int(count)
-    return [(f, c / max(total, 1)) for f, c in sorted(own.items(), key=lambda kv: -kv[1])[:top]]
+@contextmanager
+def profiled_server(upstream_url: str, out: Path) -> Iterator[tuple[str, int]]:
+    """`agl serve` under cProfile, forwarding to `upstream_url`: its URL and pid; the profile is in `out` after."""
+    code = _PROFILED_SERVE.replace("OUT", repr(str(out)))
+    with tempfile.TemporaryDirectory(prefix="agl-scale-") as tmp:
+        argv = [sys.executable, "-c", code, "-", f"--run-dir={tmp}/run", "--port=0", f"--upstream={upstream_url}"]
+        proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+        try:
+            yield read_ready_line(proc, "AGL_SERVER_READY", 60), proc.pid
+        finally:
+            proc.send_signal(signal.SIGTERM)
+            proc.wait(60)
 
 
-def main(
-    concurrencies: tuple[int, ...] = CONCURRENCIES, n: int = 2000, rounds: int = 2, profile: int | None = None
-) -> dict[str, Any]:
+def profile_at(concurrency: int, n: int, rounds: int, top: int = 25) -> None:
+    """The proxied rounds at `concurrency` against a profiled server; its heaviest functions by own time."""
+    out = Path(tempfile.mkstemp(prefix="agl-scale-", suffix=".prof")[1])
+    with (
+        upstream_and_server(delay_s=0.02, delay_jitter=0.5) as (upstream_url, _),
+        bare_proxy_process(upstream_url) as (bare_url, bare_pid),
+        profiled_server(upstream_url, out) as (url, pid),
+    ):
+        proxy_url = f"{url}/{attempt_path(url)}/v1/chat/completions"
+        bare = (f"{bare_url}/chat/completions", bare_pid)
+        result = asyncio.run(one_concurrency(bare, proxy_url, pid, concurrency, n, rounds))
+        print(f"profiled, c={concurrency}: " + ", ".join(f"{k} {v:,.2f}" for k, v in result.items()), flush=True)
+    stats = pstats.Stats(str(out))
+    stats.sort_stats("tottime").print_stats(top)
+    stats.sort_stats("cumulative").print_stats(r"agl/|starlette|aiohttp/client\.py|uvicorn", top)
+    out.unlink(missing_ok=True)
+
+
+def attempt_path(url: str) -> str:
+    httpx.post(f"{url}/api/v1/rollouts", json={"task": {"input": "bench"}}).raise_for_status()
+    (claimed,) = httpx.post(f"{url}/api/v1/claims", json={"worker_id": "bench", "lease_s": 3600}).json()
+    return f"rollout/{claimed['rollout']['id']}/attempt/{claimed['attempt']['id']}"
+
+
+def main(concurrencies: tuple[int, ...] = CONCURRENCIES, n: int = 2000, rounds: int = 2) -> dict[str, Any]:
     rows: dict[str, Any] = {}
     with (
         upstream_and_server(delay_s=0.02, delay_jitter=0.5) as (upstream_url, server),
-        bare_proxy(upstream_url) as bare_url,
+        bare_proxy_process(upstream_url) as (bare_url, bare_pid),
     ):
-        httpx.post(f"{server.url}/api/v1/rollouts", json={"task": {"input": "bench"}}).raise_for_status()
-        (claimed,) = httpx.post(f"{server.url}/api/v1/claims", json={"worker_id": "bench", "lease_s": 3600}).json()
-        ids = f"rollout/{claimed['rollout']['id']}/attempt/{claimed['attempt']['id']}"
-        proxy_url = f"{server.url}/{ids}/v1/chat/completions"
-        pid = server.proc.pid
+        proxy_url = f"{server.url}/{attempt_path(server.url)}/v1/chat/completions"
+        assert server.proc is not None
         for concurrency in concurrencies:
             calls = max(n, 4 * concurrency)
-            spy = None
-            raw = Path(tempfile.mkstemp(prefix="agl-scale-", suffix=".txt")[1])
-            if profile == concurrency:
-                spy = profiled(pid, 60, raw)
-                time.sleep(1.0)
             result = asyncio.run(
-                one_concurrency(f"{bare_url}/chat/completions", proxy_url, pid, concurrency, calls, rounds)
+                one_concurrency(
+                    (f"{bare_url}/chat/completions", bare_pid), proxy_url, server.proc.pid, concurrency, calls, rounds
+                )
             )
             rows.update({f"c={concurrency}: {k}": v for k, v in result.items()})
             print(f"c={concurrency}: " + ", ".join(f"{k} {v:,.2f}" for k, v in result.items()), flush=True)
-            if spy is not None:
-                spy.terminate()
-                spy.wait(30)
-                for frame, share in heaviest(raw):
-                    print(f"  {share:6.1%}  {frame}")
-            raw.unlink(missing_ok=True)
         rows["calls stored by the proxy"] = httpx.get(f"{server.url}/api/v1/stats").json()["counts"]["llm_calls"]
     if 256 in concurrencies:
         rows[f"target: proxy/bare throughput at 256 agents ≥ {TARGET_RATIO_256}"] = (
@@ -154,4 +184,7 @@ if __name__ == "__main__":
     parser.add_argument("--profile", type=int, default=None, help="profile the server at this concurrency")
     parser.add_argument("--concurrency", type=int, action="append", help="instead of 16, 64, 256 and 1,024")
     args = parser.parse_args()
-    main(tuple(args.concurrency or CONCURRENCIES), n=args.calls, rounds=args.rounds, profile=args.profile)
+    if args.profile:
+        profile_at(args.profile, max(args.calls, 4 * args.profile), args.rounds)
+    else:
+        main(tuple(args.concurrency or CONCURRENCIES), n=args.calls, rounds=args.rounds)

@@ -33,6 +33,16 @@ And the attacks of issue #41 (the probe also gives its 99th percentile; failures
 - health flood: 8 threads hammering `GET /healthz` (another process) for 10 s while one client writes tasks
   one after another: the writes' latency with and without the flood.
 
+And the attacks through the proxy's engines (attacks_on_engines.py):
+
+- engine URLs: six malformed or dangerous engine URLs (cloud metadata, user and password, a NUL byte, dot
+  segments, a query, a fragment) offered to a loopback server without a token, by a process with no token;
+- engine loop: one chat call through a server whose only engine leads back to itself;
+- dead engines: three engines, none reachable: the agent's answer and the calls stored;
+- garbage engine: a good engine and one answering 200 with HTML: 20 new attempts, one call each;
+- endless stream: an upstream streaming valid one-token events forever: what reaches the agent in 25 s and the
+  server's peak memory.
+
 Every attack runs on the servers' default options (besides `--max-connections` above), old and new alike.
 
 Run it on this checkout, or on another one's sources with the same environment:
@@ -60,6 +70,13 @@ from _common import (
     scripted_upstream,
     serve,
     stream_answer,
+)
+from attacks_on_engines import (
+    attack_dead_engines,
+    attack_endless_stream,
+    attack_engine_urls,
+    attack_garbage_engine,
+    attack_loop,
 )
 from attacks_on_requests_and_streams import (
     attack_health_flood,
@@ -269,6 +286,11 @@ ATTACKS = [
     "stalled-hold",
     "hostile-upstream",
     "health-flood",
+    "engine-urls",
+    "engine-loop",
+    "dead-engines",
+    "garbage-engine",
+    "endless-stream",
 ]
 
 
@@ -309,6 +331,16 @@ def main() -> None:
             report(f"server_attack_hostile_upstream_{mode}_{args.name}", attack_hostile_upstream(args.src, mode, mb))
     if "health-flood" in chosen:
         report(f"server_attack_health_flood_{args.name}", attack_health_flood(args.src))
+    if "engine-urls" in chosen:
+        report(f"server_attack_engine_urls_{args.name}", attack_engine_urls(args.src))
+    if "engine-loop" in chosen:
+        report(f"server_attack_engine_loop_{args.name}", attack_loop(args.src))
+    if "dead-engines" in chosen:
+        report(f"server_attack_dead_engines_{args.name}", attack_dead_engines(args.src))
+    if "garbage-engine" in chosen:
+        report(f"server_attack_garbage_engine_{args.name}", attack_garbage_engine(args.src))
+    if "endless-stream" in chosen:
+        report(f"server_attack_endless_stream_{args.name}", attack_endless_stream(args.src))
 
 
 if __name__ == "__main__":
