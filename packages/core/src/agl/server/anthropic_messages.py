@@ -9,27 +9,34 @@ Why not forward to the backend's own `/v1/messages`: agl's embedded engine has n
 source: `vllm/entrypoints/anthropic/serving.py`) translates to its chat path itself without `return_token_ids` or
 log-probs in what it returns, so a call made there could not be trained on.
 
-Streaming: the backend is asked for the whole answer, which is then sent as the Messages event sequence
-(`message_start`, each content block's start, one delta and stop, `message_delta`, `message_stop`), so a streaming
-client (the `anthropic` SDK's `messages.stream`, Claude Code) works unchanged; it sees the answer when it is
-complete, not token by token. Images, documents and server tools are refused with a 400 that names them; a
-`thinking` block of an earlier turn is left out of the prompt (a chat model is not shown it either).
+Streaming: the backend is asked for a chat stream, and each chat chunk becomes the Messages events it means as it
+comes (`MessagesStream`): `message_start`, each content block's start, its `text_delta`s or `input_json_delta`s and
+its stop, `message_delta` with the stop reason and usage, `message_stop`; so a streaming client (the `anthropic`
+SDK's `messages.stream`, Claude Code) sees the answer token by token. Images, documents and server tools are refused
+with a 400 that names them; a `thinking` block of an earlier turn is left out of the prompt (a chat model is not
+shown it either).
 """
 
 from __future__ import annotations
 
 import json
+import math
 import uuid
 from collections.abc import Iterator
 from typing import Any
 
 import orjson
 
+from agl.server.call_record import too_deep
+
 
 class MessagesRequestError(ValueError):
     """A Messages request the proxy cannot translate; the message says what and why."""
 
 
+# a tool_use input deeper than this is not given to the agent: orjson writes 255 levels, and the anthropic SDK's
+# stream parser (jiter) stops near 200
+MAX_INPUT_DEPTH = 128
 _STOP_REASONS = {"stop": "end_turn", "length": "max_tokens", "tool_calls": "tool_use", "function_call": "tool_use"}
 _ERROR_TYPES = {
     400: "invalid_request_error",
@@ -165,7 +172,10 @@ def to_chat(body: dict[str, Any]) -> dict[str, Any]:
         chat["max_tokens"] = body["max_tokens"]
     if body.get("stop_sequences"):
         chat["stop"] = body["stop_sequences"]
-    tools = [_tool(t, i) for i, t in enumerate(body.get("tools") or [])]
+    listed = body.get("tools")
+    if listed is not None and not isinstance(listed, list):
+        raise MessagesRequestError(f"tools must be a list of tools, got {type(listed).__name__}")
+    tools = [_tool(t, i) for i, t in enumerate(listed or [])]
     if tools:
         chat["tools"] = tools
         if body.get("tool_choice") is not None:
@@ -173,68 +183,251 @@ def to_chat(body: dict[str, Any]) -> dict[str, Any]:
     return chat
 
 
-def from_chat(answer: dict[str, Any], request: dict[str, Any]) -> dict[str, Any]:
-    """The Messages object of a chat-completions answer to the request `to_chat` made of `request`."""
-    choice = (answer.get("choices") or [{}])[0]
-    message = choice.get("message") or {}
-    content: list[dict[str, Any]] = []
-    if message.get("content"):
-        content.append({"type": "text", "text": message["content"]})
-    for call in message.get("tool_calls") or []:
-        fn = call.get("function") or {}
-        try:
-            arguments = json.loads(fn.get("arguments") or "{}")
-        except ValueError:
-            arguments = {}  # the model wrote no JSON: the agent sees an empty input, the store the model's text
-        content.append(
-            {
-                "type": "tool_use",
-                "id": call.get("id") or _new_id("toolu"),
-                "name": fn.get("name", ""),
-                "input": arguments if isinstance(arguments, dict) else {"value": arguments},
-            }
-        )
-    usage = answer.get("usage") or {}
-    stop_reason = _STOP_REASONS.get(str(choice.get("finish_reason")), "end_turn")
-    stop_sequence = None
-    if stop_reason == "end_turn" and request.get("stop_sequences") and isinstance(choice.get("stop_reason"), str):
-        stop_reason, stop_sequence = "stop_sequence", choice["stop_reason"]  # vLLM names the stop string it met
+def _obj(value: Any) -> dict[str, Any]:
+    """`value` where it is an object, else an empty one: an upstream's answer is read without trusting its shape."""
+    return value if isinstance(value, dict) else {}
+
+
+def _first_choice(answer: dict[str, Any]) -> dict[str, Any]:
+    """The answer's (or chunk's) choice 0, as the proxy records it; {} where it has none."""
+    choices = answer.get("choices")
+    return (
+        next((c for c in choices if isinstance(c, dict) and c.get("index", 0) == 0), {})
+        if isinstance(choices, list)
+        else {}
+    )
+
+
+def tokens(usage: Any, key: str) -> int:
+    """A token count of a chat answer's usage; 0 where the backend gave none or no number (`null`, a string)."""
+    value = usage.get(key) if isinstance(usage, dict) else None
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value < 0:
+        return 0
+    return int(value)
+
+
+def read_tool_input(arguments: Any) -> dict[str, Any] | None:
+    """A chat tool call's arguments as a tool_use block's input; None where they cannot be given to the agent whole
+    (not JSON, or nested deeper than MAX_INPUT_DEPTH)."""
+    if not isinstance(arguments, str):
+        return None
+    try:
+        value = json.loads(arguments or "{}")
+    except (ValueError, RecursionError):  # json's parser meets Python's recursion limit near 1,000 levels
+        return None
+    value = value if isinstance(value, dict) else {"value": value}
+    return None if too_deep(value, MAX_INPUT_DEPTH) else value
+
+
+def tool_input(arguments: Any) -> dict[str, Any]:
+    """`read_tool_input`, `{}` where unreadable: the agent sees an empty input, the store keeps the model's text."""
+    value = read_tool_input(arguments)
+    return {} if value is None else value
+
+
+def _stop(finish_reason: Any, vllm_stop: Any, request: dict[str, Any]) -> tuple[str, str | None]:
+    """The stop reason and stop sequence of a chat answer's finish reason (vLLM names the stop string it met)."""
+    stop_reason = _STOP_REASONS.get(str(finish_reason), "end_turn")
+    if stop_reason == "end_turn" and request.get("stop_sequences") and isinstance(vllm_stop, str):
+        return "stop_sequence", vllm_stop
+    return stop_reason, None
+
+
+def _message(request: dict[str, Any], model: Any, content: list[dict[str, Any]], usage: Any) -> dict[str, Any]:
     return {
         "id": _new_id("msg"),
         "type": "message",
         "role": "assistant",
-        "model": answer.get("model") or request.get("model") or "",
+        "model": model if isinstance(model, str) and model else str(request.get("model") or ""),
         "content": content,
-        "stop_reason": stop_reason,
-        "stop_sequence": stop_sequence,
-        "usage": {
-            "input_tokens": int(usage.get("prompt_tokens", 0)),
-            "output_tokens": int(usage.get("completion_tokens", 0)),
-        },
+        "stop_reason": None,
+        "stop_sequence": None,
+        "usage": {"input_tokens": tokens(usage, "prompt_tokens"), "output_tokens": tokens(usage, "completion_tokens")},
     }
+
+
+def from_chat(answer: dict[str, Any], request: dict[str, Any]) -> dict[str, Any]:
+    """The Messages object of a chat-completions answer to the request `to_chat` made of `request`."""
+    choice = _first_choice(answer)
+    message = _obj(choice.get("message"))
+    content: list[dict[str, Any]] = []
+    if isinstance(message.get("content"), str) and message["content"]:
+        content.append({"type": "text", "text": message["content"]})
+    calls = message.get("tool_calls")
+    for call in calls if isinstance(calls, list) else []:
+        call = _obj(call)
+        fn = _obj(call.get("function"))
+        content.append(
+            {
+                "type": "tool_use",
+                "id": str(call.get("id") or _new_id("toolu")),
+                "name": str(fn.get("name") or ""),
+                "input": tool_input(fn.get("arguments")),
+            }
+        )
+    result = _message(request, answer.get("model"), content, answer.get("usage"))
+    result["stop_reason"], result["stop_sequence"] = _stop(
+        choice.get("finish_reason"), choice.get("stop_reason"), request
+    )
+    return result
+
+
+def _event(kind: str, **fields: Any) -> bytes:
+    return b"event: " + kind.encode() + b"\ndata: " + orjson.dumps({"type": kind, **fields}) + b"\n\n"
 
 
 def stream_events(message: dict[str, Any]) -> Iterator[bytes]:
     """The server-sent events of a finished Messages object, in the order Anthropic's API sends them."""
-
-    def event(kind: str, **fields: Any) -> bytes:
-        return b"event: " + kind.encode() + b"\ndata: " + orjson.dumps({"type": kind, **fields}) + b"\n\n"
-
     opening = {**message, "content": [], "stop_reason": None, "stop_sequence": None}
     opening["usage"] = {"input_tokens": message["usage"]["input_tokens"], "output_tokens": 0}
-    yield event("message_start", message=opening)
+    yield _event("message_start", message=opening)
     for index, block in enumerate(message["content"]):
         if block["type"] == "text":
-            yield event("content_block_start", index=index, content_block={"type": "text", "text": ""})
-            yield event("content_block_delta", index=index, delta={"type": "text_delta", "text": block["text"]})
+            yield _event("content_block_start", index=index, content_block={"type": "text", "text": ""})
+            yield _event("content_block_delta", index=index, delta={"type": "text_delta", "text": block["text"]})
         else:
-            yield event("content_block_start", index=index, content_block={**block, "input": {}})
+            yield _event("content_block_start", index=index, content_block={**block, "input": {}})
             partial = json.dumps(block["input"], ensure_ascii=False)
-            yield event("content_block_delta", index=index, delta={"type": "input_json_delta", "partial_json": partial})
-        yield event("content_block_stop", index=index)
+            yield _event(
+                "content_block_delta", index=index, delta={"type": "input_json_delta", "partial_json": partial}
+            )
+        yield _event("content_block_stop", index=index)
     delta = {"stop_reason": message["stop_reason"], "stop_sequence": message["stop_sequence"]}
-    yield event("message_delta", delta=delta, usage={"output_tokens": message["usage"]["output_tokens"]})
-    yield event("message_stop")
+    yield _event("message_delta", delta=delta, usage={"output_tokens": message["usage"]["output_tokens"]})
+    yield _event("message_stop")
+
+
+class MessagesStream:
+    """Translates a chat stream's chunks, as they come, into the Messages events they mean (the sequence
+    `stream_events` gives for the finished message, with a delta per chunk). A tool call's arguments stream as
+    `input_json_delta`s once they open a JSON object; any other arguments are sent whole, as `tool_input` reads them,
+    when the block ends (a client rebuilds the input from the deltas, and must be able to parse them)."""
+
+    def __init__(self, request: dict[str, Any]) -> None:
+        self.request = request
+        self.message: dict[str, Any] | None = None  # message_start's object, then the message as it grows
+        self.finished = False
+        self._open: int | None = None  # the content block not yet stopped
+        self._tools: dict[Any, int] = {}  # a chat tool call's index -> its content block
+        self._arguments: dict[int, list[str]] = {}  # a tool_use block's arguments so far
+        self._raw: set[int] = set()  # tool_use blocks whose arguments stream as they come
+        self._decided: set[int] = set()  # tool_use blocks known to stream raw or whole
+        self._unreadable = False  # arguments streamed raw that no client can rebuild into the input
+        # why the agent did not receive what the call answered (its SDK cannot rebuild a tool's input from the
+        # deltas): the call is then not trainable
+        self.unreceived: str | None = None
+        self._finish: Any = None
+        self._vllm_stop: Any = None
+        self._usage: Any = None
+
+    def chunk(self, chunk: dict[str, Any]) -> list[bytes]:
+        out: list[bytes] = []
+        if self.message is None:
+            ids = chunk.get("prompt_token_ids")
+            self.message = _message(self.request, chunk.get("model"), [], None)
+            self.message["usage"]["input_tokens"] = len(ids) if isinstance(ids, list) else 0
+            out.append(_event("message_start", message={**self.message, "content": []}))
+        if isinstance(chunk.get("usage"), dict):
+            self._usage = chunk["usage"]
+        choice = _first_choice(chunk)
+        if not choice:
+            return out
+        delta = _obj(choice.get("delta"))
+        text = delta.get("content")
+        if isinstance(text, str) and text:
+            if self._open is None or self.message["content"][self._open]["type"] != "text":
+                out += self._start({"type": "text", "text": ""})
+            assert self._open is not None
+            self.message["content"][self._open]["text"] += text
+            out.append(_event("content_block_delta", index=self._open, delta={"type": "text_delta", "text": text}))
+        calls = delta.get("tool_calls")
+        for call in calls if isinstance(calls, list) else []:
+            if isinstance(call, dict):
+                out += self._tool_delta(call)
+        if choice.get("finish_reason") is not None:
+            self._finish, self._vllm_stop = choice["finish_reason"], choice.get("stop_reason")
+        return out
+
+    def _start(self, block: dict[str, Any]) -> list[bytes]:
+        assert self.message is not None
+        out = self._stop_open()
+        self._open = len(self.message["content"])
+        self.message["content"].append(block)
+        out.append(_event("content_block_start", index=self._open, content_block=dict(block)))
+        return out
+
+    def _tool_delta(self, call: dict[str, Any]) -> list[bytes]:
+        out: list[bytes] = []
+        fn = _obj(call.get("function"))
+        key = call.get("index", 0)
+        if key not in self._tools:
+            block = {"type": "tool_use", "id": str(call.get("id") or _new_id("toolu")), "name": "", "input": {}}
+            block["name"] = str(fn.get("name") or "")
+            out += self._start(block)
+            self._tools[key] = self._open  # type: ignore[assignment]
+            self._arguments[self._open] = []  # type: ignore[index]
+        index = self._tools[key]
+        piece = fn.get("arguments")
+        if not isinstance(piece, str) or not piece:
+            return out
+        so_far = self._arguments[index]
+        so_far.append(piece)
+        if index == self._open and index not in self._decided and (head := "".join(so_far).lstrip()):
+            self._decided.add(index)
+            if head.startswith("{"):  # an object: streamed as it comes; anything else is sent whole at the end
+                self._raw.add(index)
+                piece = "".join(so_far)  # what waited for its first character
+        if index in self._raw and index == self._open:
+            out.append(
+                _event("content_block_delta", index=index, delta={"type": "input_json_delta", "partial_json": piece})
+            )
+        return out
+
+    def _stop_open(self) -> list[bytes]:
+        index = self._open
+        if index is None:
+            return []
+        assert self.message is not None
+        self._open = None
+        block = self.message["content"][index]
+        out: list[bytes] = []
+        if block["type"] == "tool_use":
+            value = read_tool_input("".join(self._arguments[index]))
+            block["input"] = {} if value is None else value
+            self._unreadable = self._unreadable or (value is None and index in self._raw)
+            if index not in self._raw:
+                partial = json.dumps(block["input"], ensure_ascii=False)
+                out.append(
+                    _event(
+                        "content_block_delta", index=index, delta={"type": "input_json_delta", "partial_json": partial}
+                    )
+                )
+        out.append(_event("content_block_stop", index=index))
+        return out
+
+    def done(self) -> list[bytes]:
+        """The events that end the message, once the chat stream has ended ([DONE])."""
+        out = [] if self.message is not None else self.chunk({})
+        out += self._stop_open()
+        assert self.message is not None
+        self.finished = True
+        stop_reason, stop_sequence = _stop(self._finish, self._vllm_stop, self.request)
+        usage = self.message["usage"]
+        if tokens(self._usage, "prompt_tokens"):
+            usage["input_tokens"] = tokens(self._usage, "prompt_tokens")
+        usage["output_tokens"] = tokens(self._usage, "completion_tokens")
+        self.message["stop_reason"], self.message["stop_sequence"] = stop_reason, stop_sequence
+        if self._unreadable and stop_reason != "max_tokens":  # a cut answer's partial JSON is rebuilt partially
+            self.unreceived = "a tool's arguments streamed as JSON no client can rebuild (not JSON, or too deep)"
+        delta = {"stop_reason": stop_reason, "stop_sequence": stop_sequence}
+        out.append(_event("message_delta", delta=delta, usage=dict(usage)))
+        out.append(_event("message_stop"))
+        return out
+
+    def error(self, status: int, message: str) -> bytes:
+        """An error event, as Anthropic's API ends a stream that failed (its SDKs raise it)."""
+        self.finished = True
+        return b"event: error\ndata: " + error_body(status, message) + b"\n\n"
 
 
 def error_body(status: int, message: str) -> bytes:

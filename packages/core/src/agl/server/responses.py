@@ -11,14 +11,15 @@ messages only for non-streamed requests and is built for harmony-format models (
 could not be trained on in general. Chat completions return the prompt and sampled ids with their log-probs from
 every backend agl supports, streamed or not.
 
-Streaming: the backend is asked for the whole answer, which is then sent as the Responses event sequence (one
-text delta, or one arguments delta per tool call), so a streaming client (the OpenAI Agents SDK's
-`Runner.run_streamed`) works unchanged; it sees the answer when it is complete, not token by token.
+Streaming: the backend is asked for a chat stream, and each chat chunk becomes the Responses events it means as it
+comes (`ResponsesStream`: a text delta per chunk, an arguments delta per tool call's chunk), so a streaming client
+(the OpenAI Agents SDK's `Runner.run_streamed`) sees the answer token by token.
 `previous_response_id` (server-side conversation state) is refused: the proxy keeps no responses.
 """
 
 from __future__ import annotations
 
+import math
 import time
 import uuid
 from collections.abc import Iterator
@@ -136,7 +137,10 @@ def to_chat(body: dict[str, Any]) -> dict[str, Any]:
     chat["messages"] = messages
     if body.get("max_output_tokens") is not None:
         chat["max_tokens"] = body["max_output_tokens"]
-    tools = [_tool(t, i) for i, t in enumerate(body.get("tools") or [])]
+    listed = body.get("tools")
+    if listed is not None and not isinstance(listed, list):
+        raise ResponsesRequestError(f"tools must be a list of tools, got {type(listed).__name__}")
+    tools = [_tool(t, i) for i, t in enumerate(listed or [])]
     if tools:
         chat["tools"] = tools
         if body.get("tool_choice") is not None:
@@ -150,45 +154,79 @@ def to_chat(body: dict[str, Any]) -> dict[str, Any]:
     return chat
 
 
+def _obj(value: Any) -> dict[str, Any]:
+    """`value` where it is an object, else an empty one: an upstream's answer is read without trusting its shape."""
+    return value if isinstance(value, dict) else {}
+
+
+def _first_choice(answer: dict[str, Any]) -> dict[str, Any]:
+    """The answer's (or chunk's) choice 0, as the proxy records it; {} where it has none."""
+    choices = answer.get("choices")
+    return (
+        next((c for c in choices if isinstance(c, dict) and c.get("index", 0) == 0), {})
+        if isinstance(choices, list)
+        else {}
+    )
+
+
+def _tokens(usage: Any, key: str) -> int:
+    """A token count of a chat answer's usage; 0 where the backend gave none or no number (`null`, a string)."""
+    value = usage.get(key) if isinstance(usage, dict) else None
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value < 0:
+        return 0
+    return int(value)
+
+
+def _created(value: Any) -> float:
+    """The answer's creation time; now, where the backend gave none or no number."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value <= 0:
+        return time.time()
+    return float(value)
+
+
+def _message_item(text: str, status: str = "completed") -> dict[str, Any]:
+    part = {"type": "output_text", "text": text, "annotations": [], "logprobs": []}
+    return {"id": _new_id("msg"), "type": "message", "status": status, "role": "assistant", "content": [part]}
+
+
+def _call_item(call_id: Any, name: Any, arguments: Any, status: str = "completed") -> dict[str, Any]:
+    return {
+        "id": _new_id("fc"),
+        "type": "function_call",
+        "status": status,
+        "call_id": str(call_id or _new_id("call")),
+        "name": str(name or ""),
+        "arguments": arguments if isinstance(arguments, str) else "",
+    }
+
+
 def _output_items(message: dict[str, Any]) -> list[dict[str, Any]]:
     items: list[dict[str, Any]] = []
     content = message.get("content")
-    if content:
-        part = {"type": "output_text", "text": content, "annotations": [], "logprobs": []}
-        items.append(
-            {"id": _new_id("msg"), "type": "message", "status": "completed", "role": "assistant", "content": [part]}
-        )
-    for call in message.get("tool_calls") or []:
-        fn = call.get("function") or {}
-        items.append(
-            {
-                "id": _new_id("fc"),
-                "type": "function_call",
-                "status": "completed",
-                "call_id": call.get("id") or _new_id("call"),
-                "name": fn.get("name", ""),
-                "arguments": fn.get("arguments", ""),
-            }
-        )
+    if isinstance(content, str) and content:
+        items.append(_message_item(content))
+    calls = message.get("tool_calls")
+    for call in calls if isinstance(calls, list) else []:
+        call = _obj(call)
+        fn = _obj(call.get("function"))
+        items.append(_call_item(call.get("id"), fn.get("name"), fn.get("arguments")))
     return items
 
 
-def from_chat(answer: dict[str, Any], request: dict[str, Any]) -> dict[str, Any]:
-    """The Responses object of a chat-completions answer to the request `to_chat` made of `request`."""
-    choice = (answer.get("choices") or [{}])[0]
-    usage = answer.get("usage") or {}
-    prompt_tokens, completion_tokens = int(usage.get("prompt_tokens", 0)), int(usage.get("completion_tokens", 0))
-    cut = choice.get("finish_reason") == "length"
+def _response(
+    request: dict[str, Any], model: Any, created: Any, output: list[dict[str, Any]], usage: Any, cut: bool
+) -> dict[str, Any]:
+    prompt_tokens, completion_tokens = _tokens(usage, "prompt_tokens"), _tokens(usage, "completion_tokens")
     return {
         "id": _new_id("resp"),
         "object": "response",
-        "created_at": float(answer.get("created") or time.time()),
+        "created_at": _created(created),
         "status": "incomplete" if cut else "completed",
         "incomplete_details": {"reason": "max_output_tokens"} if cut else None,
         "error": None,
-        "model": answer.get("model") or request.get("model") or "",
+        "model": model if isinstance(model, str) and model else str(request.get("model") or ""),
         "instructions": request.get("instructions"),
-        "output": _output_items(choice.get("message") or {}),
+        "output": output,
         "parallel_tool_calls": bool(request.get("parallel_tool_calls", True)),
         "tool_choice": request.get("tool_choice", "auto"),
         "tools": request.get("tools") or [],
@@ -207,39 +245,174 @@ def from_chat(answer: dict[str, Any], request: dict[str, Any]) -> dict[str, Any]
     }
 
 
-def stream_events(response: dict[str, Any]) -> Iterator[bytes]:
-    """The server-sent events of a finished Responses object, in the order the OpenAI API sends them."""
-    seq = iter(range(1 << 30))
+def from_chat(answer: dict[str, Any], request: dict[str, Any]) -> dict[str, Any]:
+    """The Responses object of a chat-completions answer to the request `to_chat` made of `request`."""
+    choice = _first_choice(answer)
+    message = _obj(choice.get("message"))
+    cut = choice.get("finish_reason") == "length"
+    return _response(
+        request, answer.get("model"), answer.get("created"), _output_items(message), answer.get("usage"), cut
+    )
 
-    def event(kind: str, **fields: Any) -> bytes:
-        data = orjson.dumps({"type": kind, "sequence_number": next(seq), **fields})
+
+class _Events:
+    """Responses events, numbered in the order they are sent."""
+
+    def __init__(self) -> None:
+        self.sent = 0
+
+    def __call__(self, kind: str, **fields: Any) -> bytes:
+        data = orjson.dumps({"type": kind, "sequence_number": self.sent, **fields})
+        self.sent += 1
         return b"event: " + kind.encode() + b"\ndata: " + data + b"\n\n"
 
+
+def stream_events(response: dict[str, Any]) -> Iterator[bytes]:
+    """The server-sent events of a finished Responses object, in the order the OpenAI API sends them."""
+    event = _Events()
     opening = {**response, "status": "in_progress", "output": [], "usage": None, "incomplete_details": None}
     yield event("response.created", response=opening)
     yield event("response.in_progress", response=opening)
     for index, item in enumerate(response["output"]):
+        yield from _item_opened(event, index, item)
         if item["type"] == "message":
-            part = item["content"][0]
-            yield event(
-                "response.output_item.added", output_index=index, item={**item, "status": "in_progress", "content": []}
-            )
             where = {"item_id": item["id"], "output_index": index, "content_index": 0}
-            yield event("response.content_part.added", **where, part={**part, "text": ""})
-            yield event("response.output_text.delta", **where, delta=part["text"], logprobs=[])
-            yield event("response.output_text.done", **where, text=part["text"], logprobs=[])
-            yield event("response.content_part.done", **where, part=part)
+            yield event("response.output_text.delta", **where, delta=item["content"][0]["text"], logprobs=[])
         else:
-            yield event(
-                "response.output_item.added",
-                output_index=index,
-                item={**item, "status": "in_progress", "arguments": ""},
-            )
             where = {"item_id": item["id"], "output_index": index}
             yield event("response.function_call_arguments.delta", **where, delta=item["arguments"])
-            yield event(
-                "response.function_call_arguments.done", **where, arguments=item["arguments"], name=item["name"]
-            )
-        yield event("response.output_item.done", output_index=index, item=item)
+        yield from _item_done(event, index, item)
     final = "response.incomplete" if response["status"] == "incomplete" else "response.completed"
     yield event(final, response=response)
+
+
+def _item_opened(event: _Events, index: int, item: dict[str, Any]) -> Iterator[bytes]:
+    if item["type"] == "message":
+        part = item["content"][0]
+        opened = {**item, "status": "in_progress", "content": []}
+        yield event("response.output_item.added", output_index=index, item=opened)
+        where = {"item_id": item["id"], "output_index": index, "content_index": 0}
+        yield event("response.content_part.added", **where, part={**part, "text": ""})
+    else:
+        yield event(
+            "response.output_item.added", output_index=index, item={**item, "status": "in_progress", "arguments": ""}
+        )
+
+
+def _item_done(event: _Events, index: int, item: dict[str, Any]) -> Iterator[bytes]:
+    if item["type"] == "message":
+        part = item["content"][0]
+        where = {"item_id": item["id"], "output_index": index, "content_index": 0}
+        yield event("response.output_text.done", **where, text=part["text"], logprobs=[])
+        yield event("response.content_part.done", **where, part=part)
+    else:
+        where = {"item_id": item["id"], "output_index": index}
+        yield event("response.function_call_arguments.done", **where, arguments=item["arguments"], name=item["name"])
+    yield event("response.output_item.done", output_index=index, item=item)
+
+
+class ResponsesStream:
+    """Translates a chat stream's chunks, as they come, into the Responses events they mean (the sequence
+    `stream_events` gives for the finished response, with a delta per chunk)."""
+
+    def __init__(self, request: dict[str, Any]) -> None:
+        self.request = request
+        self.response: dict[str, Any] | None = None  # response.created's object; the finished one at the end
+        self.finished = False
+        self.unreceived: str | None = None  # the arguments pass on as text: an agent receives what the model wrote
+        self._event = _Events()
+        self._output: list[dict[str, Any]] = []
+        self._open: int | None = None  # the output item not yet done
+        self._pieces: list[str] = []  # the open item's text or arguments so far
+        self._tools: dict[Any, int] = {}  # a chat tool call's index -> its output item
+        self._finish: Any = None
+        self._usage: Any = None
+
+    def chunk(self, chunk: dict[str, Any]) -> list[bytes]:
+        out: list[bytes] = []
+        if self.response is None:
+            self.response = _response(self.request, chunk.get("model"), chunk.get("created"), [], None, False)
+            opening = {**self.response, "status": "in_progress", "usage": None}
+            out += [
+                self._event("response.created", response=opening),
+                self._event("response.in_progress", response=opening),
+            ]
+        if isinstance(chunk.get("usage"), dict):
+            self._usage = chunk["usage"]
+        choice = _first_choice(chunk)
+        if not choice:
+            return out
+        delta = _obj(choice.get("delta"))
+        text = delta.get("content")
+        if isinstance(text, str) and text:
+            if self._open is None or self._output[self._open]["type"] != "message":
+                out += self._start(_message_item("", "in_progress"))
+            assert self._open is not None
+            self._pieces.append(text)
+            where = {"item_id": self._output[self._open]["id"], "output_index": self._open, "content_index": 0}
+            out.append(self._event("response.output_text.delta", **where, delta=text, logprobs=[]))
+        calls = delta.get("tool_calls")
+        for call in calls if isinstance(calls, list) else []:
+            if not isinstance(call, dict):
+                continue
+            fn = _obj(call.get("function"))
+            key = call.get("index", 0)
+            if key not in self._tools:
+                out += self._start(_call_item(call.get("id"), fn.get("name"), "", "in_progress"))
+                self._tools[key] = self._open  # type: ignore[assignment]
+            piece = fn.get("arguments")
+            if isinstance(piece, str) and piece and self._tools[key] == self._open:
+                self._pieces.append(piece)
+                where = {"item_id": self._output[self._open]["id"], "output_index": self._open}
+                out.append(self._event("response.function_call_arguments.delta", **where, delta=piece))
+        if choice.get("finish_reason") is not None:
+            self._finish = choice["finish_reason"]
+        return out
+
+    def _start(self, item: dict[str, Any]) -> list[bytes]:
+        out = self._close_open()
+        self._open = len(self._output)
+        self._output.append(item)
+        out += list(_item_opened(self._event, self._open, item))
+        return out
+
+    def _close_open(self) -> list[bytes]:
+        index = self._open
+        if index is None:
+            return []
+        self._open = None
+        item, whole = self._output[index], "".join(self._pieces)
+        self._pieces = []
+        item["status"] = "completed"
+        if item["type"] == "message":
+            item["content"][0]["text"] = whole
+        else:
+            item["arguments"] = whole
+        return list(_item_done(self._event, index, item))
+
+    def done(self) -> list[bytes]:
+        """The events that end the response, once the chat stream has ended ([DONE])."""
+        out = [] if self.response is not None else self.chunk({})
+        out += self._close_open()
+        assert self.response is not None
+        self.finished = True
+        final = _response(
+            self.request,
+            self.response["model"],
+            self.response["created_at"],
+            self._output,
+            self._usage,
+            self._finish == "length",
+        )
+        final["id"] = self.response["id"]
+        self.response = final
+        kind = "response.incomplete" if final["status"] == "incomplete" else "response.completed"
+        return [*out, self._event(kind, response=final)]
+
+    def error(self, status: int, message: str) -> bytes:
+        """An error event, as the Responses API ends a stream that failed; its `error` object makes the OpenAI SDK
+        raise it, as it does a chat stream's."""
+        self.finished = True
+        code = "upstream_error" if status >= 500 else "invalid_request_error"
+        error = {"type": code, "code": code, "message": message}
+        return self._event("error", code=code, message=message, param=None, error=error)

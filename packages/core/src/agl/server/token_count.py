@@ -17,7 +17,7 @@ from agl.server import anthropic_messages as messages_api
 from agl.server.call_record import MAX_REQUEST_STRUCTURES, off_loop_if_large
 from agl.server.proxy import UPSTREAM_ERRORS, LLMProxy
 from agl.server.relay import BadAnswer, read_capped
-from agl.server.translated_apis import anthropic_error, parsed_object
+from agl.server.translated_apis import anthropic_error, parsed_object, untranslatable
 
 
 def parse_count_request(raw: bytes, max_structures: int = MAX_REQUEST_STRUCTURES) -> dict[str, Any] | str:
@@ -29,12 +29,17 @@ def parse_count_request(raw: bytes, max_structures: int = MAX_REQUEST_STRUCTURES
         return messages_api.to_chat({**body, "max_tokens": 1})
     except messages_api.MessagesRequestError as exc:
         return str(exc)
+    except Exception as exc:  # a request no check foresaw: the agent's to fix, never a 500
+        return untranslatable(exc)
 
 
 async def count_tokens(proxy: LLMProxy, request: Request, attempt_id: str) -> Response:
     raw = await request.body()
     parse = partial(parse_count_request, max_structures=proxy.upstream.max_request_structures)
-    chat = await off_loop_if_large(parse, raw)
+    try:
+        chat = await off_loop_if_large(parse, raw)
+    except Exception as exc:  # a request no check foresaw: the agent's to fix, never a 500
+        chat = untranslatable(exc)
     if isinstance(chat, str):
         return anthropic_error(400, chat)
     engine = proxy.engines.pick(attempt_id)

@@ -5,13 +5,17 @@ streamed as that API's events when the client asked for a stream."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+import asyncio
+import json
+import logging
+from collections.abc import AsyncGenerator, AsyncIterator, Callable
+from dataclasses import dataclass
 from functools import partial
-from typing import Any
+from typing import Any, Protocol, cast
 
 import orjson
 from starlette.requests import Request
-from starlette.responses import Response, StreamingResponse
+from starlette.responses import Response
 
 from agl.common import attributes as attr
 from agl.server import anthropic_messages as messages_api
@@ -20,6 +24,7 @@ from agl.server.call_record import (
     MAX_JSON_DEPTH,
     MAX_REQUEST_STRUCTURES,
     OFF_LOOP_BYTES,
+    CallRecord,
     off_loop_if_large,
     request_problem,
     structure_problem,
@@ -27,6 +32,10 @@ from agl.server.call_record import (
     unstorable,
 )
 from agl.server.proxy import LLMProxy, openai_error
+from agl.server.relay import RelayResponse, error_message
+
+log = logging.getLogger(__name__)
+TRANSLATION_FAILED = "translation_failed"  # the error code of an answer that could not be translated back
 
 
 def parsed_object(raw: bytes, max_structures: int) -> dict[str, Any] | str:
@@ -47,6 +56,11 @@ def parsed_object(raw: bytes, max_structures: int) -> dict[str, Any] | str:
     return body
 
 
+def untranslatable(exc: Exception) -> str:
+    log.info("a request that could not be translated", exc_info=exc)
+    return f"the request could not be translated: {type(exc).__name__}: {exc}"
+
+
 def parse_responses(
     raw: bytes, max_structures: int = MAX_REQUEST_STRUCTURES
 ) -> tuple[dict[str, Any], dict[str, Any]] | str:
@@ -59,6 +73,8 @@ def parse_responses(
         chat = responses_api.to_chat(body)
     except responses_api.ResponsesRequestError as exc:
         return str(exc)
+    except Exception as exc:  # a request no check foresaw (a field of another type): the agent's to fix
+        return untranslatable(exc)
     problem = request_problem(chat)
     return problem if problem is not None else (body, chat)
 
@@ -77,40 +93,58 @@ def parse_messages(
         chat = messages_api.to_chat(body)
     except messages_api.MessagesRequestError as exc:
         return str(exc)
+    except Exception as exc:  # a request no check foresaw (a field of another type): the agent's to fix
+        return untranslatable(exc)
     problem = request_problem(chat)
     return problem if problem is not None else (body, chat)
+
+
+class StreamTranslator(Protocol):
+    """What turns a chat stream into a translated API's events (`anthropic_messages.MessagesStream`,
+    `responses.ResponsesStream`)."""
+
+    finished: bool
+    unreceived: str | None  # why the agent could not take the answer it was streamed, once finished
+
+    def chunk(self, chunk: dict[str, Any]) -> list[bytes]: ...
+
+    def done(self) -> list[bytes]: ...
+
+    def error(self, status: int, message: str) -> bytes: ...
+
+
+@dataclass(frozen=True)
+class TranslatedAPI:
+    route: str
+    parse: Callable[[bytes], tuple[dict[str, Any], dict[str, Any]] | str]
+    back: Callable[[dict[str, Any], dict[str, Any]], dict[str, Any]]
+    stream: Callable[[dict[str, Any]], StreamTranslator]
+    refuse: Callable[[int, str], Response]
 
 
 async def responses(proxy: LLMProxy, request: Request, rollout_id: str, attempt_id: str) -> Response:
     """The Responses API (agl.server.responses says why through chat completions); errors in the OpenAI envelope,
     which that API uses too."""
-    parse = partial(parse_responses, max_structures=proxy.upstream.max_request_structures)
-    return await _translated(
-        proxy,
-        request,
-        rollout_id,
-        attempt_id,
+    api = TranslatedAPI(
         route="responses",
-        parse=parse,
+        parse=partial(parse_responses, max_structures=proxy.upstream.max_request_structures),
         back=responses_api.from_chat,
-        events=responses_api.stream_events,
-        refuse=lambda status, message: openai_error(status, message, "invalid_request_error"),
+        stream=responses_api.ResponsesStream,
+        refuse=openai_refusal,
     )
+    return await _translated(proxy, request, rollout_id, attempt_id, api)
 
 
 async def messages(proxy: LLMProxy, request: Request, rollout_id: str, attempt_id: str) -> Response:
     """Anthropic's Messages API (agl.server.anthropic_messages); errors in Anthropic's envelope."""
-    return await _translated(
-        proxy,
-        request,
-        rollout_id,
-        attempt_id,
+    api = TranslatedAPI(
         route="messages",
         parse=partial(parse_messages, max_structures=proxy.upstream.max_request_structures),
         back=messages_api.from_chat,
-        events=messages_api.stream_events,
+        stream=messages_api.MessagesStream,
         refuse=anthropic_error,
     )
+    return await _translated(proxy, request, rollout_id, attempt_id, api)
 
 
 def anthropic_error(status: int, message: str, headers: dict[str, str] | None = None) -> Response:
@@ -119,39 +153,142 @@ def anthropic_error(status: int, message: str, headers: dict[str, str] | None = 
     )
 
 
+def openai_refusal(status: int, message: str) -> Response:
+    kind = "upstream_error" if status >= 500 else "invalid_request_error"
+    return openai_error(status, message, kind, TRANSLATION_FAILED if status == 502 else None)
+
+
+def _answer_bytes(
+    back: Callable[[dict[str, Any], dict[str, Any]], dict[str, Any]], body: dict[str, Any], raw: bytes
+) -> bytes:
+    """The chat answer `raw` translated back and written (a large one on a worker thread: `off_loop_if_large`)."""
+    result = back(orjson.loads(raw), body)
+    try:
+        return orjson.dumps(result)
+    except orjson.JSONEncodeError:  # what orjson does not write (an integer past 64 bits in tool arguments)
+        return json.dumps(result, ensure_ascii=False).encode()
+
+
 async def _translated(
-    proxy: LLMProxy,
-    request: Request,
-    rollout_id: str,
-    attempt_id: str,
-    *,
-    route: str,
-    parse: Callable[[bytes], tuple[dict[str, Any], dict[str, Any]] | str],
-    back: Callable[[dict[str, Any], dict[str, Any]], dict[str, Any]],
-    events: Callable[[dict[str, Any]], Iterator[bytes]],
-    refuse: Callable[[int, str], Response],
+    proxy: LLMProxy, request: Request, rollout_id: str, attempt_id: str, api: TranslatedAPI
 ) -> Response:
     raw = await request.body()
-    parsed = await off_loop_if_large(parse, raw)
+    try:
+        parsed = await off_loop_if_large(api.parse, raw)
+    except Exception as exc:  # a request no check foresaw: the agent's to fix, never a 500
+        parsed = untranslatable(exc)
     if isinstance(parsed, str):
-        return refuse(400, parsed)
+        return api.refuse(400, parsed)
     body, chat = parsed
+    streamed = bool(body.get("stream"))
+    if streamed:
+        chat = {**chat, "stream": True, "stream_options": {"include_usage": True}}  # usage ends the API's stream
     answer = await proxy.answer_chat(
         chat,
         request,
         rollout_id,
         attempt_id,
-        route=route,
-        client_stream=bool(body.get("stream")),
+        route=api.route,
+        client_stream=streamed,
         heavy=len(raw) > OFF_LOOP_BYTES,
     )
     if answer.status_code != 200:
-        return _reenveloped(answer, refuse) if route == "messages" else answer
-    result = back(orjson.loads(bytes(answer.body)), body)
+        return _reenveloped(answer, api.refuse) if api.route == "messages" else answer
     headers = {k: v for k, v in answer.headers.items() if k == attr.HEADER_LLM_SEQ}
-    if body.get("stream"):
-        return StreamingResponse(iter(list(events(result))), media_type="text/event-stream", headers=headers)
-    return Response(orjson.dumps(result), media_type="application/json", headers=headers)
+    if isinstance(answer, RelayResponse):
+        # the proxy's own streamed response, so its record still learns when the agent hangs up; only its bytes
+        # are translated on their way out
+        relayed = cast(AsyncGenerator[bytes, None], answer.body_iterator)  # the proxy's relay, an async generator
+        answer.body_iterator = _translated_stream(proxy, answer.rec, relayed, api.stream(body))
+        return answer
+    try:
+        translated = await off_loop_if_large(partial(_answer_bytes, api.back, body), bytes(answer.body))
+    except Exception as exc:
+        # the call is stored as answered, but this agent gets no answer from it: not a sample of its policy
+        why = f"the model server's answer could not be translated to the {api.route} API: {type(exc).__name__}: {exc}"
+        log.exception("%s", why)
+        await _not_received(proxy, attempt_id, headers.get(attr.HEADER_LLM_SEQ), why)
+        refused = api.refuse(502, why)
+        refused.headers.update(headers)
+        return refused
+    return Response(translated, media_type="application/json", headers=headers)
+
+
+async def _not_received(proxy: LLMProxy, attempt_id: str, seq: str | None, why: str) -> None:
+    """Mark a stored call the agent did not receive as not trainable (with the store's mark for a call whose agent
+    hung up), committed before the agent hears of it."""
+    if seq is None:
+        return
+    try:
+        await asyncio.wrap_future(proxy.store.mark_llm_call_abandoned(attempt_id, int(seq), f"not received: {why}"))
+    except Exception:
+        log.exception("could not mark LLM call %s/%s as not received", attempt_id, seq)
+
+
+def _events_of(translator: StreamTranslator, raw: bytes) -> bytes:
+    """Whole chat SSE events (`raw` ends with the blank line of its last) as the translated API's events."""
+    out: list[bytes] = []
+    for event in raw.split(b"\n\n"):
+        for line in event.split(b"\n"):
+            if translator.finished or not line.startswith(b"data:"):
+                continue
+            data = line[5:].strip()
+            if data == b"[DONE]":
+                out += translator.done()
+                continue
+            try:
+                chunk = orjson.loads(data)
+            except orjson.JSONDecodeError:
+                continue  # the relay notes it on the call's record: not trainable
+            if not isinstance(chunk, dict):
+                continue
+            if "error" in chunk:  # a backend's failure mid-stream (the relay stores it so)
+                out.append(translator.error(502, error_message(chunk, data, 502)))
+            else:
+                out += translator.chunk(chunk)
+    return b"".join(out)
+
+
+async def _translated_stream(
+    proxy: LLMProxy, rec: CallRecord, inner: AsyncGenerator[bytes, None], translator: StreamTranslator
+) -> AsyncIterator[bytes]:
+    """The relay's chat SSE bytes as the API's events, each chat event translated as it arrives. The relay stores
+    the call (before it passes on [DONE], so before the API's final events); a translation that fails ends the
+    stream with the API's error event and marks the call not trainable."""
+    pending = bytearray()
+    failed: str | None = None
+    try:
+        try:
+            async for piece in inner:
+                searched = max(len(pending) - 1, 0)  # each byte searched once: a large event comes in many pieces
+                pending += piece
+                end = pending.rfind(b"\n\n", searched)
+                if end < 0 or translator.finished:
+                    continue
+                whole = bytes(pending[: end + 2])
+                del pending[: end + 2]
+                try:
+                    out = await off_loop_if_large(partial(_events_of, translator), whole)
+                except Exception as exc:
+                    failed = f"the model server's stream could not be translated: {type(exc).__name__}: {exc}"
+                    log.exception("%s", failed)
+                    break
+                if out:
+                    yield out
+        except Exception as exc:  # the relay has stored the call with why its stream failed
+            if not translator.finished:
+                yield translator.error(502, f"the model server's stream failed: {type(exc).__name__}: {exc}")
+            return
+        if failed is not None:
+            await inner.aclose()  # stores the call if [DONE] had not come yet
+            await _not_received(proxy, rec.attempt_id, str(rec.seq), failed)
+            yield translator.error(502, failed)
+        elif not translator.finished:
+            yield translator.error(502, rec.error or "the model server's stream ended before its end")
+        elif translator.unreceived is not None:
+            await _not_received(proxy, rec.attempt_id, str(rec.seq), translator.unreceived)
+    finally:
+        await inner.aclose()
 
 
 def _reenveloped(answer: Response, refuse: Callable[[int, str], Response]) -> Response:
