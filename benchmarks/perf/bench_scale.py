@@ -9,8 +9,8 @@ upstream, bare proxy and server share the machine's cores: on 2 cores this is a 
     .venv/bin/python benchmarks/perf/bench_scale.py                 # every concurrency
     .venv/bin/python benchmarks/perf/bench_scale.py --profile 256   # and py-spy's profile of the server at 256
 
-`--profile C` runs only concurrency C, against a server under cProfile (its event loop's thread, where the
-proxy's work is; the profiler slows it, so read shares, not rates), and prints its heaviest functions by own time.
+`--profile C` runs only concurrency C, against a server sampled by py-spy (every thread), and prints where its
+samples were: the functions by own time, and by inclusive time.
 """
 
 from __future__ import annotations
@@ -18,7 +18,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import os
-import pstats
 import signal
 import subprocess
 import sys
@@ -91,40 +90,32 @@ async def one_concurrency(
     }
 
 
-# `agl serve` under cProfile (the event loop's thread, where the proxy's work is), its profile written at exit
-_PROFILED_SERVE = (
-    "import cProfile, signal, sys\n"
-    # uvicorn raises the signal it stopped on again once it has shut down: exit then, and let the profile be written
-    "signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))\n"
-    "profile = cProfile.Profile()\n"
-    "profile.enable()\n"
-    "from agl.cli.main import main\n"
-    "sys.argv = ['agl', 'serve', *sys.argv[2:]]\n"
-    "try:\n"
-    "    main()\n"
-    "finally:\n"
-    "    profile.disable()\n"
-    "    profile.dump_stats(OUT)\n"
-)
-
-
 @contextmanager
 def profiled_server(upstream_url: str, out: Path) -> Iterator[tuple[str, int]]:
-    """`agl serve` under cProfile, forwarding to `upstream_url`: its URL and pid; the profile is in `out` after."""
-    code = _PROFILED_SERVE.replace("OUT", repr(str(out)))
+    """`agl serve` started by py-spy (which samples every thread; attaching to a running server is refused, as its
+    process is not dumpable), forwarding to `upstream_url`: its URL and pid; the samples are in `out` after."""
+    spy = Path(sys.executable).with_name("py-spy")
     with tempfile.TemporaryDirectory(prefix="agl-scale-") as tmp:
-        argv = [sys.executable, "-c", code, "-", f"--run-dir={tmp}/run", "--port=0", f"--upstream={upstream_url}"]
-        proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+        serve = [sys.executable, "-m", "agl.cli.main", "serve", f"--run-dir={tmp}/run", "--port=0"]
+        argv = [str(spy), "record", "--format", "raw", "--rate", "250", "--threads", "--nonblocking", "-o", str(out)]
+        proc = subprocess.Popen(
+            [*argv, "--", *serve, f"--upstream={upstream_url}"],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL,
+            text=True,
+        )
         try:
-            yield read_ready_line(proc, "AGL_SERVER_READY", 60), proc.pid
+            url = read_ready_line(proc, "AGL_SERVER_READY", 60)
+            yield url, int(subprocess.check_output(["pgrep", "-P", str(proc.pid)], text=True).split()[0])
         finally:
-            proc.send_signal(signal.SIGTERM)
-            proc.wait(60)
+            proc.send_signal(signal.SIGINT)  # py-spy stops its child and writes what it sampled
+            proc.wait(120)
 
 
-def profile_at(concurrency: int, n: int, rounds: int, top: int = 25) -> None:
-    """The proxied rounds at `concurrency` against a profiled server; its heaviest functions by own time."""
-    out = Path(tempfile.mkstemp(prefix="agl-scale-", suffix=".prof")[1])
+def profile_at(concurrency: int, n: int, rounds: int, top: int = 30) -> None:
+    """The proxied rounds at `concurrency` against a server sampled by py-spy: the functions the most samples were
+    in (own time), and the share of samples under each of agl's stages (inclusive)."""
+    out = Path(tempfile.mkstemp(prefix="agl-scale-", suffix=".txt")[1])
     with (
         upstream_and_server(delay_s=0.02, delay_jitter=0.5) as (upstream_url, _),
         bare_proxy_process(upstream_url) as (bare_url, bare_pid),
@@ -133,10 +124,25 @@ def profile_at(concurrency: int, n: int, rounds: int, top: int = 25) -> None:
         proxy_url = f"{url}/{attempt_path(url)}/v1/chat/completions"
         bare = (f"{bare_url}/chat/completions", bare_pid)
         result = asyncio.run(one_concurrency(bare, proxy_url, pid, concurrency, n, rounds))
-        print(f"profiled, c={concurrency}: " + ", ".join(f"{k} {v:,.2f}" for k, v in result.items()), flush=True)
-    stats = pstats.Stats(str(out))
-    stats.sort_stats("tottime").print_stats(top)
-    stats.sort_stats("cumulative").print_stats(r"agl/|starlette|aiohttp/client\.py|uvicorn", top)
+        print(f"sampled, c={concurrency}: " + ", ".join(f"{k} {v:,.2f}" for k, v in result.items()), flush=True)
+    own: dict[str, int] = {}
+    under: dict[str, int] = {}
+    total = 0
+    for line in out.read_text().splitlines():
+        stack, _, count = line.rpartition(" ")
+        if not stack or not count.isdigit():
+            continue
+        frames = stack.split(";")
+        own[frames[-1]] = own.get(frames[-1], 0) + int(count)
+        for mark in {f.split(" (")[0] for f in frames}:
+            under[mark] = under.get(mark, 0) + int(count)
+        total += int(count)
+    print(f"\n{total} samples; by own time:")
+    for frame, count in sorted(own.items(), key=lambda kv: -kv[1])[:top]:
+        print(f"  {count / total:6.1%}  {frame}")
+    print("\ninclusive:")
+    for frame, count in sorted(under.items(), key=lambda kv: -kv[1])[:top]:
+        print(f"  {count / total:6.1%}  {frame}")
     out.unlink(missing_ok=True)
 
 

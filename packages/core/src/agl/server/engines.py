@@ -143,12 +143,18 @@ class EngineRouter:
         in rotation, else the least busy; None when there is no engine at all, or none but those in `avoid`
         (engines or their URLs: the ones this call has tried). With every engine out of rotation, the one out
         longest is tried (better a call that may fail than one refused while an engine may be back)."""
+        now = time.monotonic()
+        first, current = self._affinity.get(attempt_id, ("", ""))
+        pinned = self.engines.get(first)
+        if avoid is None and pinned is not None and pinned.in_rotation(now):  # the common case, kept cheap
+            if current != first:
+                self._affinity[attempt_id] = (first, first)
+            self._affinity.move_to_end(attempt_id)
+            return pinned
         avoided = {avoid.url} if isinstance(avoid, Engine) else set(avoid or ())
         allowed = [e for e in self.engines.values() if e.url not in avoided]
         if not allowed:
             return None
-        now = time.monotonic()
-        first, current = self._affinity.get(attempt_id, ("", ""))
         for url in (first, current):
             pinned = self.engines.get(url)
             if pinned is not None and pinned.url not in avoided and pinned.in_rotation(now):

@@ -55,6 +55,7 @@ ABANDONED_STREAM = "the agent hung up before the whole streamed answer reached i
 MiB = 1024 * 1024
 # the agl servers a call has passed through, each named by its instance id: a server refuses a call it sent itself
 VIA_HEADER = "x-agl-via"
+VIA_KEY = VIA_HEADER.encode()
 SERVER_HEADER = "x-agl-server"  # on agl's model lists: which agl server answered
 MAX_HOPS = 4
 
@@ -255,10 +256,14 @@ class LLMProxy:
             headers["authorization"] = f"Bearer {self.upstream.api_key}"
         return headers
 
-    def loop_problem(self, headers: Any) -> str | None:
+    def loop_problem(self, scope: dict[str, Any]) -> str | None:
         """Why a call must be refused as a loop: it was sent by this very server (an engine that leads back to it),
-        or has passed through more agl servers than any real set-up chains."""
-        via = [v.strip() for v in headers.get(VIA_HEADER, "").split(",") if v.strip()]
+        or has passed through more agl servers than any real set-up chains. Read from the raw headers: it is asked
+        of every call."""
+        raw = next((value for key, value in scope["headers"] if key == VIA_KEY), None)
+        if raw is None:
+            return None
+        via = [v.strip() for v in raw.decode("latin-1").split(",") if v.strip()]
         if self.instance in via:
             return "this call was sent by this agl server to one of its engines: an engine must not lead back to agl"
         if len(via) >= MAX_HOPS:
@@ -308,7 +313,7 @@ class LLMProxy:
                 log.exception("could not store LLM call %s/%s", rec.attempt_id, rec.seq)
 
     async def chat_completions(self, request: Request, rollout_id: str, attempt_id: str) -> Response:
-        if (loop := self.loop_problem(request.headers)) is not None:  # before the body costs anything
+        if (loop := self.loop_problem(request.scope)) is not None:  # before the body costs anything
             return openai_error(508, loop, "invalid_request_error", "loop_detected")
         raw = await request.body()
         parsed = await off_loop_if_large(partial(parse_chat, max_structures=self.upstream.max_request_structures), raw)
@@ -330,7 +335,7 @@ class LLMProxy:
         """Forward and record one chat-completions request of an attempt, its body already checked by
         `request_problem` (`route`: the API the agent called; `client_stream`: whether it asked for a stream, when
         the backend is asked otherwise; `heavy`: a large request, whose record is built off the event loop)."""
-        if (loop := self.loop_problem(request.headers)) is not None:
+        if route != "chat" and (loop := self.loop_problem(request.scope)) is not None:  # chat's was asked already
             return openai_error(508, loop, "invalid_request_error", "loop_detected")  # nothing stored: no call
         owner = self.store.attempt_rollout(attempt_id)
         if owner is None or owner[0] != rollout_id:
