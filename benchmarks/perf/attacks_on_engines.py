@@ -52,24 +52,30 @@ def attack_engine_urls(src: str | None) -> dict[str, Any]:
 
 
 def attack_loop(src: str | None, wait_s: float = 30.0) -> dict[str, Any]:
-    """One chat call through a server whose only engine leads back to itself: how many calls it became."""
-    port = closed_port()
-    loop = f"--upstream=http://127.0.0.1:{port}/rollout/r/attempt/a/v1"
-    with serve(src, extra=(f"--port={port}", loop)) as server:
+    """A local process with no token makes an attempt's own proxy URL the only engine, then makes one call there:
+    how many calls it became."""
+    with scripted_upstream() as upstream, serve(src, upstream=upstream) as server:
         base = claim_attempt(server.url)
+        added = httpx.post(f"{server.url}{ENGINES}", json={"url": base}, timeout=30).status_code
+        removed = httpx.post(f"{server.url}{ENGINES}/remove", json={"url": upstream}, timeout=30).status_code
         t0 = time.monotonic()
         try:
             status: Any = httpx.post(f"{base}/chat/completions", json=CHAT, timeout=wait_s).status_code
         except httpx.HTTPError as exc:
             status = type(exc).__name__
         answered_s = time.monotonic() - t0
-        time.sleep(1.0)
-        in_flight = httpx.get(f"{server.url}/api/v1/proxy/usage", timeout=60).json()["in_flight"]
+        try:
+            in_flight: Any = httpx.get(f"{server.url}/api/v1/proxy/usage", timeout=30).json()["in_flight"]
+            stored: Any = stored_calls(server.url)
+        except httpx.HTTPError as exc:
+            in_flight = stored = type(exc).__name__
         return {
+            "adding the loop (status)": added,
+            "removing the real engine (status)": removed,
             "the agent's answer": status,
             "answered in (s)": answered_s,
-            "calls stored": stored_calls(server.url),
-            "calls still in flight after": in_flight,
+            "calls stored": stored,
+            "calls in flight after": in_flight,
         }
 
 
