@@ -49,7 +49,9 @@ def ask_responses(base: str, scenario: str, stream: bool = False) -> httpx.Respo
 
 def last_data(resp: httpx.Response) -> dict[str, Any]:
     """The data of a stream's last event."""
-    return json.loads([line for line in resp.text.split("\n") if line.startswith("data: ")][-1][len("data: ") :])
+    last = [line for line in resp.text.split("\n") if line.startswith("data: ")][-1]
+    data: dict[str, Any] = json.loads(last[len("data: ") :])
+    return data
 
 
 def events(resp: httpx.Response) -> list[str]:
@@ -105,9 +107,7 @@ def test_a_created_that_is_no_number_is_now(served: Served) -> None:
 
 @pytest.mark.parametrize("scenario", ["deep-256", "deep-1000", "deep-950"])
 @pytest.mark.parametrize("stream", [False, True])
-def test_deeply_nested_tool_arguments_are_answered_not_a_500(
-    served: Served, scenario: str, stream: bool
-) -> None:
+def test_deeply_nested_tool_arguments_are_answered_not_a_500(served: Served, scenario: str, stream: bool) -> None:
     rid, base = attempt(served.url)
     resp = ask_messages(base, scenario, stream)
     assert resp.status_code == 200, resp.text[:300]
