@@ -12,6 +12,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import anthropic
+import httpx
 import openai
 import pytest
 from translated_upstream import Script, Served, attempt, serve, stored
@@ -134,3 +135,19 @@ def test_a_backends_error_mid_stream_is_the_apis_error_event(served: Served) -> 
         list(oai.responses.create(model="m", input="fails", stream=True))
     calls = stored(served.url, rid, 2)
     assert len(calls) == 2 and not any(c.trainable for c in calls)
+
+
+def test_an_agent_that_hangs_up_mid_stream_leaves_its_call_not_trainable(served: Served) -> None:
+    """The proxy's streamed response is kept (only its bytes are translated), so it still notes the hang-up."""
+    rid, base = attempt(served.url)
+    body = {**ask("slow"), "stream": True}
+    with httpx.stream("POST", f"{base}/v1/messages", json=body, timeout=30) as resp:
+        for line in resp.iter_lines():
+            if "text_delta" in line:
+                break  # the first word came: the agent leaves
+    (call,) = stored(served.url, rid)
+    deadline = time.monotonic() + 10
+    while call.trainable and time.monotonic() < deadline:
+        time.sleep(0.1)
+        (call,) = stored(served.url, rid)
+    assert not call.trainable and call.http_status == 499

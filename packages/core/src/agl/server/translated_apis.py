@@ -260,10 +260,12 @@ async def _translated_stream(
     try:
         try:
             async for piece in inner:
+                if translator.finished:
+                    continue  # what follows the API's last event is not sent
                 searched = max(len(pending) - 1, 0)  # each byte searched once: a large event comes in many pieces
                 pending += piece
                 end = pending.rfind(b"\n\n", searched)
-                if end < 0 or translator.finished:
+                if end < 0:
                     continue
                 whole = bytes(pending[: end + 2])
                 del pending[: end + 2]
