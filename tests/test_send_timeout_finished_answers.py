@@ -6,7 +6,6 @@ keeps its socket open. Against a real `agl serve` over a raw socket that never r
 from __future__ import annotations
 
 import json
-import socket
 import time
 from pathlib import Path
 

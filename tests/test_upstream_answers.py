@@ -270,8 +270,8 @@ def test_an_endless_stream_is_cut_at_its_total_cap(hostile_server: str, max_toke
 @pytest.mark.parametrize(
     ("items", "refusal"),
     [
-        # 8 MB of four million numbers: parsed and walked off the loop, then refused for what it lacks
-        (b"0", "request body must be a JSON object with a 'messages' list"),
+        # 8 MB of four million numbers: refused before the parse, for the elements it holds (counted in its bytes)
+        (b"0", "request body holds at least 4000005 JSON elements"),
         # 12 MB of four million empty lists: refused before the parse (whose share holding the interpreter stalled
         # every other request for seconds), for the structures it opens
         (b"[]", "request body opens 4000002 JSON objects and lists"),

@@ -19,6 +19,7 @@ import orjson
 
 from agl.common import attributes as attr
 from agl.schema import Attribution, LLMCall
+from agl.server.span_caps import count_elements
 from agl.store import new_id
 
 # Sampling parameters that change the distribution a response is drawn from beyond the temperature, with the
@@ -522,10 +523,24 @@ BYTES_PER_STRUCTURE = 8
 MAX_REQUEST_STRUCTURES = 131_072
 
 
-def structure_problem(raw: bytes, max_structures: int = MAX_REQUEST_STRUCTURES) -> str | None:
-    """Why a large body is refused before it is parsed: far more objects and lists than any request holds."""
+# and at most this many elements per structure of that cap (8 × --max-request-structures: 1,048,576 by default),
+# counted in the bytes before parsing (`span_caps.count_elements`): each string, and each comma and colon outside
+# strings, 1-4 per value or key (a content part or a tool schema's property counts ~8). Structures alone let one
+# 30 MB list of 7.5M floats or one object of 2.2M keys through; six such took the server from 222 MB to 2 GB. A
+# million parse into ~30-36 MB; a long agent conversation (2,000 tool calls with their results, 200 tool schemas)
+# counts ~100k: the text inside strings is not counted.
+ELEMENTS_PER_STRUCTURE = 8
+MAX_REQUEST_ELEMENTS = ELEMENTS_PER_STRUCTURE * MAX_REQUEST_STRUCTURES
+
+
+def structure_problem(
+    raw: bytes, max_structures: int = MAX_REQUEST_STRUCTURES, max_elements: int | None = None
+) -> str | None:
+    """Why a large body is refused before it is parsed: far more objects and lists, or elements (strings, numbers,
+    keys: `count_elements`), than any request holds. `max_elements` defaults to ELEMENTS_PER_STRUCTURE ×
+    `max_structures` (so `agl serve --max-request-structures` moves both)."""
     if len(raw) <= OFF_LOOP_BYTES:
-        return None
+        return None  # at most ~128k elements fit in it: under the budget
     opened = raw.count(b"{") + raw.count(b"[")
     if opened > len(raw) // BYTES_PER_STRUCTURE:
         return (
@@ -536,6 +551,14 @@ def structure_problem(raw: bytes, max_structures: int = MAX_REQUEST_STRUCTURES) 
         return (
             f"request body opens {opened} JSON objects and lists (counting braces and brackets inside strings);"
             f" at most {max_structures} are parsed (agl serve --max-request-structures)"
+        )
+    limit = ELEMENTS_PER_STRUCTURE * max_structures if max_elements is None else max_elements
+    elements = count_elements(raw, limit)
+    if elements > limit:
+        return (
+            f"request body holds at least {elements} JSON elements (strings, and commas and colons outside strings,"
+            f" counted before parsing); at most {limit} are parsed ({ELEMENTS_PER_STRUCTURE} × agl serve"
+            " --max-request-structures)"
         )
     return None
 

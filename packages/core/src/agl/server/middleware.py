@@ -6,6 +6,7 @@ the proxy's added latency stays small.
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import hmac
 from collections.abc import Callable
@@ -14,7 +15,7 @@ from urllib.parse import parse_qs, urlencode
 
 from agl.protocol import error_bytes
 from agl.server.credentials import LLM_PREFIX, PREFIX, attempt_may, attempt_of, llm_attempt_of, llm_may
-from agl.server.span_caps import TooManySpans, check_json_containers
+from agl.server.span_caps import LOCKED_WALK_BYTES, TooManySpans, check_json_containers
 
 Scope = dict[str, Any]
 ASGIApp = Any
@@ -233,7 +234,10 @@ class SpanBodyGuard:
                     f"this request holds {named} spans, over the limit of {self.max_spans} per request: send them"
                     " in smaller batches (agl serve --max-spans-per-request)"
                 )
-            check_json_containers(body, named, what="this spans body")
+            if len(body) > LOCKED_WALK_BYTES:  # its count may walk the body string by string: not on the loop
+                await asyncio.to_thread(check_json_containers, body, named, what="this spans body")
+            else:
+                check_json_containers(body, named, what="this spans body")
         except TooManySpans as exc:
             await _reject(send, 413, str(exc), "invalid_request_error")
             return

@@ -1,10 +1,13 @@
 """Caps on span bodies checked before they are decoded (issue #41, N4): decoding is what costs, so the count comes
 first. OTLP protobuf is counted on its wire format, without decoding a span; a JSON body is bounded by the objects and
 lists it opens, counted with one pass over its bytes. 20 MB of 10M empty protobuf spans took 1.9 GB to decode, 30 MB
-of empty JSON objects 2.1 GB."""
+of empty JSON objects 2.1 GB. JSON bodies are also bounded by their elements (strings, and commas and colons outside
+strings), counted in the bytes (`count_elements`): duplicate keys, which a parser keeps one of, count too."""
 
 from __future__ import annotations
 
+import re
+import threading
 from collections.abc import Iterator
 
 
@@ -33,15 +36,76 @@ class TooManyContainers(TooManySpans):
     """A JSON body with far more objects and lists than its spans could hold (HTTP 413)."""
 
 
+# the rest of one JSON string after its opening quote, through its closing one (escapes skipped; no backtracking:
+# the alternatives cannot overlap)
+_STRING_REST = re.compile(rb'[^"\\]*(?:\\.[^"\\]*)*"', re.DOTALL)
+# one walk of a large body at a time: six walking at once on six threads left the event loop one turn in seven at
+# the interpreter lock (health's p99 near 200 ms); in turn, each walk shares it with the loop alone. A body up to
+# LOCKED_WALK_BYTES (at most ~128k strings: ~0.1 s) is walked without it, so the event loop never waits on it.
+_WALKING = threading.Lock()
+LOCKED_WALK_BYTES = 256 * 1024
+
+
+def count_elements(raw: bytes, limit: int) -> int:
+    """The elements of a JSON text, counted in its bytes without parsing it: each string, and each comma and colon
+    outside strings, about two per value or key (duplicate keys count, which a count after parsing misses). At most
+    `limit` is counted exactly: past it the result is some number over `limit`, so the cost is bounded by `limit`.
+
+    First an upper bound at C speed (quotes / 2 plus every comma and colon), enough for nearly every body; only a
+    body over it is walked string by string (one regex match per string, the commas and colons between strings
+    counted with `bytes.count`): a loop in Python, so other threads run between strings, of at most about `limit`
+    steps, one large body at a time (call it off the event loop for a body over LOCKED_WALK_BYTES). An
+    unterminated string ends the count: the parser refuses such a body anyway."""
+    rough = raw.count(b'"') // 2 + raw.count(b",") + raw.count(b":")
+    if rough <= limit:
+        return rough
+    if len(raw) <= LOCKED_WALK_BYTES:
+        return _walk(raw, limit)
+    with _WALKING:
+        return _walk(raw, limit)
+
+
+def _walk(raw: bytes, limit: int) -> int:
+    count = pos = 0
+    end = len(raw)
+    while count <= limit:
+        quote = raw.find(b'"', pos)
+        stop = end if quote < 0 else quote
+        count += raw.count(b",", pos, stop) + raw.count(b":", pos, stop)
+        if quote < 0:
+            break
+        closed = _STRING_REST.match(raw, quote + 1)
+        if closed is None:
+            break
+        count += 1
+        pos = closed.end()
+    return count
+
+
+# elements (`count_elements`) a span's JSON may hold: its own fields count ~50, OTLP's verbose attributes ~10 each
+# (128, OpenTelemetry's default limit, ~1,300); plus one per BYTES_PER_ELEMENT of the body for structured attribute
+# values (a list of numbers holds one every 4-8 bytes). One span of 10,000 duplicate keys (~30,000) is refused.
+ELEMENTS_PER_SPAN = 2048
+BYTES_PER_ELEMENT = 8
+_ELEMENTS_FREE = 4096
+
+
 def check_json_containers(body: bytes, spans: int, *, what: str) -> None:
-    """Refuse, before decoding, a JSON body that opens more objects and lists than `spans` spans would: an upper
-    bound on what decoding it builds, counted in one pass over its bytes."""
+    """Refuse, before decoding, a JSON body that opens more objects and lists, or holds more elements (duplicate
+    keys included), than `spans` spans would: an upper bound on what decoding it builds, counted in its bytes."""
     limit = CONTAINERS_PER_SPAN * spans + len(body) // BYTES_PER_CONTAINER + _CONTAINERS_FREE
     opened = body.count(b"{") + body.count(b"[")
     if opened > limit:
         raise TooManyContainers(
             f"{what} opens {opened} JSON objects and lists for {spans} spans in {len(body)} bytes, more than its"
             f" spans could hold ({limit}): send the spans' attributes, not empty structures"
+        )
+    limit = ELEMENTS_PER_SPAN * spans + len(body) // BYTES_PER_ELEMENT + _ELEMENTS_FREE
+    elements = count_elements(body, limit)
+    if elements > limit:
+        raise TooManyContainers(
+            f"{what} holds at least {elements} JSON elements (strings, and commas and colons outside strings:"
+            f" duplicate keys count) for {spans} spans in {len(body)} bytes, more than its spans could hold ({limit})"
         )
 
 

@@ -1,0 +1,140 @@
+"""Request and span bodies are bounded by their elements, counted in their bytes before they are parsed
+(agl.server.span_caps.count_elements): one 30 MB list of floats, one object of millions of keys or millions of
+strings pass a cap on objects and lists, and a span body of duplicate keys passes a count after parsing (the parser
+keeps one). Real requests, whose text holds commas and colons in plenty, stay far under the budget."""
+
+from __future__ import annotations
+
+import json
+import time
+
+import httpx
+import orjson
+
+from agl.client import API
+from agl.common.processes import ServerProcess
+from agl.server.call_record import MAX_REQUEST_ELEMENTS, parse_chat, structure_problem
+from agl.server.span_caps import TooManySpans, check_json_containers, count_elements
+from tests.test_server_faults import claim, proxy_path
+
+
+def exact_elements(text: bytes) -> int:
+    """The reference count: strings, and commas and colons outside strings, walked byte by byte."""
+    count, inside, escaped = 0, False, False
+    for byte in text:
+        ch = chr(byte)
+        if inside:
+            if escaped:
+                escaped = False
+            elif ch == "\\":
+                escaped = True
+            elif ch == '"':
+                inside = False
+        elif ch == '"':
+            inside, count = True, count + 1
+        elif ch in ",:":
+            count += 1
+    return count
+
+
+def test_the_count_skips_strings_with_their_escapes() -> None:
+    docs = [
+        b'{"a,:":1,"b\\\\":[1,2,"x\\"y,:"]}',
+        b'["\\\\",1,2,3]',
+        b'["\\\\\\"", ",,,,", 4]',
+        json.dumps({"messages": [{"role": "user", "content": 'say "a, b: c", \\ then {"k": [1, 2]}, ' * 50}]}).encode(),
+    ]
+    for doc in docs:
+        exact = exact_elements(doc)
+        assert count_elements(doc, 10**9) >= exact  # the quick upper bound
+        assert count_elements(doc, exact) == exact  # walked: exact up to the limit
+        assert count_elements(doc, exact - 1) > exact - 1
+
+
+def long_conversation(turns: int) -> bytes:
+    """An agent's long context: tool calls, their results (text and JSON as text, full of commas and colons), tools."""
+    messages: list[dict[str, object]] = [{"role": "system", "content": "You are an agent: use tools, then answer."}]
+    for i in range(turns):
+        args = json.dumps({"command": f"grep -n 'a, b: c' file{i}.py", "timeout": 30})
+        messages.append(
+            {
+                "role": "assistant",
+                "content": None,
+                "tool_calls": [
+                    {"id": f"call_{i}", "type": "function", "function": {"name": "bash", "arguments": args}}
+                ],
+            }
+        )
+        output = "12: x, y = f(a: int, b: str), {'k': [1, 2, 3]}\n" * 20 + json.dumps({"rows": list(range(50))})
+        messages.append({"role": "tool", "tool_call_id": f"call_{i}", "content": output})
+    tools = [
+        {
+            "type": "function",
+            "function": {
+                "name": f"tool_{t}",
+                "description": "Does one thing: well, quickly.",
+                "parameters": {
+                    "type": "object",
+                    "properties": {f"p{j}": {"type": "string", "description": "a, b: c"} for j in range(10)},
+                    "required": ["p0"],
+                },
+            },
+        }
+        for t in range(200)
+    ]
+    return orjson.dumps({"model": "m", "messages": messages, "tools": tools})
+
+
+def test_attack_shapes_are_refused_before_parsing_and_real_requests_pass() -> None:
+    floats = b'{"messages":[],"x":[' + b",".join([b"1.5"] * 7_500_000) + b"]}"
+    keys = b'{"messages":[],"x":{' + b",".join(b'"k%d":1' % i for i in range(2_200_000)) + b"}}"
+    strings = b'{"messages":[],"x":[' + b",".join([b'"ab"'] * 5_000_000) + b"]}"
+    for raw in (floats, keys, strings):
+        t0 = time.perf_counter()
+        problem = structure_problem(raw)
+        assert time.perf_counter() - t0 < 2.0
+        assert problem is not None and f"at most {MAX_REQUEST_ELEMENTS}" in problem, problem
+        assert "at least" in problem and "JSON elements" in problem
+        assert parse_chat(raw) == problem
+    real = long_conversation(2_000)  # ~4 MB, 4,000 messages
+    assert len(real) > 2_000_000
+    assert structure_problem(real) is None
+    assert isinstance(parse_chat(real), dict)
+
+
+def test_span_bodies_count_duplicate_keys() -> None:
+    span = {
+        "trace_id": "a" * 32,
+        "span_id": "b" * 16,
+        "name": "tool",
+        "start_time": 1.0,
+        "end_time": 2.0,
+        "attributes": {f"k{i}": i for i in range(100)},
+    }
+    fine = orjson.dumps({"spans": [span] * 100})
+    check_json_containers(fine, 100, what="this spans body")
+    one = orjson.dumps({"spans": [span]})
+    dupes = one.replace(b'"attributes":{', b'"attributes":{' + b'"a":1,' * 10_000)
+    assert len(orjson.loads(dupes)["spans"][0]["attributes"]) == 101  # the parser keeps one of them
+    try:
+        check_json_containers(dupes, 1, what="this spans body")
+    except TooManySpans as exc:
+        assert "duplicate keys count" in str(exc)
+    else:
+        raise AssertionError("10,000 duplicate keys passed")
+
+
+def test_the_server_refuses_them_with_a_400_and_a_413(server: ServerProcess) -> None:
+    c = claim(server)
+    floats = b'{"model":"m","messages":[{"role":"user","content":"hi"}],"x":[' + b",".join([b"1.5"] * 2_000_000) + b"]}"
+    resp = httpx.post(
+        f"{server.url}{proxy_path(c)}/chat/completions",
+        content=floats,
+        headers={"content-type": "application/json"},
+        timeout=60,
+    )
+    assert resp.status_code == 400 and f"at most {MAX_REQUEST_ELEMENTS}" in resp.text, resp.text
+    body = {"spans": [{"trace_id": "a" * 32, "span_id": "b" * 16, "name": "x", "start_time": 1.0, "end_time": 2.0}]}
+    raw = orjson.dumps(body).replace(b'"name"', b'"attributes":{' + b",".join([b'"a":1'] * 10_000) + b'},"name"')
+    resp = httpx.post(f"{server.url}{API}/spans", content=raw, headers={"content-type": "application/json"})
+    assert resp.status_code == 413 and "duplicate keys count" in resp.text, resp.text
