@@ -11,6 +11,7 @@ from collections.abc import Iterator, Sequence
 from typing import Any, NamedTuple, TypeVar
 
 import httpx
+import orjson
 from pydantic import BaseModel, TypeAdapter
 
 from agl.common import attributes as attr
@@ -83,6 +84,43 @@ def _headers(token: str | None) -> dict[str, str]:
     return {"authorization": f"Bearer {token}"} if token else {}
 
 
+# what one POST /spans may hold when the server does not say (`info`'s max_spans_per_request and max_body_bytes: an
+# older server): agl serve's defaults
+_DEFAULT_SPAN_LIMITS = (10_000, 32 * 1024 * 1024)
+_JSON_BODY = {"content-type": "application/json"}
+# and a batch's bytes at most this, whatever the server takes: decoding a span body costs the server ~30 times its
+# size, so a rollout's 40 MB of spans goes in several requests of a few MB, not in one of 32 MB
+_SPAN_BATCH_BYTES = 4 * 1024 * 1024
+
+
+def span_batch_limits(info: dict[str, Any]) -> tuple[int, int]:
+    """(spans, bytes) one POST /spans body may hold, from the server's `info` (its defaults where it does not say)."""
+    spans = info.get("max_spans_per_request")
+    size = info.get("max_body_bytes")
+    return (
+        spans if isinstance(spans, int) and spans > 0 else _DEFAULT_SPAN_LIMITS[0],
+        size if isinstance(size, int) and size > 0 else _DEFAULT_SPAN_LIMITS[1],
+    )
+
+
+def span_bodies(spans: Sequence[SpanIn], max_spans: int, max_bytes: int) -> Iterator[bytes]:
+    """`{"spans": [...]}` bodies that hold all of `spans` in order, each within `max_spans` spans and
+    min(`max_bytes`, 4 MiB) bytes: a rollout of 100,000 tool runs sent in one request was refused whole (413) and
+    lost every span. A single span over the bytes goes alone (the server then says why it refuses it)."""
+    budget = min(max_bytes, _SPAN_BATCH_BYTES) - 64  # the wrapper and a margin
+    parts: list[bytes] = []
+    size = 0
+    for span in spans:
+        encoded = orjson.dumps(span.model_dump(mode="json"))
+        if parts and (len(parts) >= max_spans or size + len(encoded) + 1 > budget):
+            yield b'{"spans":[' + b",".join(parts) + b"]}"
+            parts, size = [], 0
+        parts.append(encoded)
+        size += len(encoded) + 1
+    if parts:
+        yield b'{"spans":[' + b",".join(parts) + b"]}"
+
+
 def _json(model: BaseModel | Sequence[BaseModel] | dict[str, Any]) -> Any:
     if isinstance(model, BaseModel):
         return model.model_dump(mode="json", exclude_none=False)
@@ -97,6 +135,7 @@ class Client:
     def __init__(self, server_url: str | None = None, *, token: str | None = None, timeout: float = 60.0) -> None:
         self.server_url = server_url_from_env(server_url)
         self._http = httpx.Client(base_url=self.server_url, headers=_headers(token), timeout=timeout)
+        self._span_limits: tuple[int, int] | None = None  # asked of the server once, at the first spans sent
 
     def close(self) -> None:
         self._http.close()
@@ -256,7 +295,19 @@ class Client:
                 self._http.request("POST", API + "/proxy/hold", json={}, params=params, timeout=max_hold_s / 3)
 
     def add_spans(self, spans: Sequence[SpanIn]) -> int:
-        return int(self._call("POST", "/spans", {"spans": _json(spans)})["stored"])
+        """Store `spans`, in as many requests as the server's limits ask (`span_bodies`); the number stored. A
+        batch sent again after a failure is stored once (the server keeps a span id once)."""
+        if self._span_limits is None:
+            info: dict[str, Any] = {}
+            with contextlib.suppress(AglHTTPError):  # a credential that may not read it: the defaults
+                info = self.info()
+            self._span_limits = span_batch_limits(info)
+        stored = 0
+        for body in span_bodies(spans, *self._span_limits):
+            resp = self._http.request("POST", API + "/spans", content=body, headers=_JSON_BODY)
+            _raise_for(resp)
+            stored += int(resp.json()["stored"])
+        return stored
 
     def add_rewards(self, rewards: Sequence[RewardIn]) -> int:
         return int(self._call("POST", "/rewards", _json(rewards))["stored"])
@@ -283,6 +334,7 @@ class AsyncClient:
             timeout=timeout,
             limits=httpx.Limits(max_connections=64, max_keepalive_connections=64),
         )
+        self._span_limits: tuple[int, int] | None = None  # asked of the server once, at the first spans sent
 
     async def aclose(self) -> None:
         await self._http.aclose()
@@ -334,7 +386,19 @@ class AsyncClient:
         return Completed(Rollout.model_validate(resp.json()), int(missed) if missed.isdigit() else 0)
 
     async def add_spans(self, spans: Sequence[SpanIn]) -> int:
-        return int((await self._call("POST", "/spans", {"spans": _json(spans)}))["stored"])
+        """Store `spans`, in as many requests as the server's limits ask (`span_bodies`); the number stored. A
+        batch sent again after a failure is stored once (the server keeps a span id once)."""
+        if self._span_limits is None:
+            info: dict[str, Any] = {}
+            with contextlib.suppress(AglHTTPError):  # a credential that may not read it: the defaults
+                info = await self.info()
+            self._span_limits = span_batch_limits(info)
+        stored = 0
+        for body in span_bodies(spans, *self._span_limits):
+            resp = await self._http.request("POST", API + "/spans", content=body, headers=_JSON_BODY)
+            _raise_for(resp)
+            stored += int(resp.json()["stored"])
+        return stored
 
     async def add_rewards(self, rewards: Sequence[RewardIn]) -> int:
         return int((await self._call("POST", "/rewards", _json(rewards)))["stored"])

@@ -37,6 +37,9 @@ def add_routes(app: FastAPI, server: ServerContext) -> None:
             "engines": [e.url for e in server.proxy.engines.engines.values()],
             "auth": bool(server.settings.token),
             "max_abs_reward": server.settings.max_abs_reward,  # rewards are accepted in [-it, it]
+            # what one POST /spans may hold: agl's client sends a rollout's spans in batches within them
+            "max_spans_per_request": server.settings.max_spans_per_request,
+            "max_body_bytes": server.settings.max_body_bytes,
             "model_version": server.proxy.model_version.version if server.proxy.model_version else None,
         }
 
