@@ -20,18 +20,26 @@ The spans are recorded after the harness ended, so their times cannot say which 
 span says it instead: by the tool call's id (`gen_ai.tool.call.id`, the id agl's proxy answered with) where the
 harness reports one, else by its order among the agent's calls of the listed tools (Codex reports no id: its k-th
 run answers its k-th `exec_command`, `apply_patch` or `shell` call). `agl.learn.air.llm_seq_before` reads both.
+
+A report is read as it streams, line by line (a million runs read whole took 1 GB): a line over MAX_LINE_BYTES, or
+one that is not JSON or nests deeper than orjson parses (1,024 levels), is skipped, and so is an event of a shape
+its format does not have; nothing in a report makes reading it raise. What was skipped is logged, with counts.
 """
 
 from __future__ import annotations
 
+import io
 import json
 import logging
 import os
 import time
-from collections.abc import Iterator
+from collections import Counter
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import IO, Any, Literal
+
+import orjson
 
 from agl.capture.cli_agent import CliResult
 from agl.capture.sandbox.files import read_agent_file
@@ -47,6 +55,12 @@ TAIL_CHARS = 2000
 CODEX_TOOLS = ("exec_command", "apply_patch", "shell")
 
 Status = Literal["ok", "error", "unset"]
+
+# a report's line longer than this is skipped without being held whole: an event carries a tool's output, of which
+# only TAIL_CHARS are kept, and Claude Code's largest (a file read whole) stays far under it
+MAX_LINE_BYTES = 8 * 2**20
+# a report read as one JSON document (mini-swe-agent's trajectory): larger ones are not read
+MAX_DOCUMENT_BYTES = 64 * 2**20
 
 
 @dataclass(frozen=True)
@@ -70,10 +84,12 @@ def record_tool_runs(
 ) -> int:
     """Record the tool runs a harness reported as tool spans of the current rollout, under `agent` (the name its
     calls are stored under). `source`: `run_cli`'s result (its transcript is read) or the report's path. Returns how
-    many were recorded: none when the report is missing (a harness killed on its time limit may write none)."""
-    runs = read_tool_runs(source, format)
+    many were recorded: none when the report is missing (a harness killed on its time limit may write none). What
+    the report held that could not be read (lines too long or too deep, events of another shape) is skipped and
+    logged: a run it could read is recorded all the same."""
     now = time.time()
-    for run in runs:
+    recorded = 0
+    for run in iter_tool_runs(source, format):
         attributes: dict[str, Any] = {
             attr.TOOL_NAME: run.tool,
             attr.TOOL_COMMAND: run.command[:TAIL_CHARS],
@@ -97,24 +113,45 @@ def record_tool_runs(
             agent_name=f"{agent}/{SUB_AGENT_LABEL}" if run.sub_agent else agent,
             parent_id=parent_id,
         )
-    return len(runs)
+        recorded += 1
+    return recorded
 
 
 def read_tool_runs(source: CliResult | str | os.PathLike[str], format: str) -> list[ToolRun]:
     """The runs in a harness's report, in the order it ran them (see the module's docstring for `format`)."""
+    return list(iter_tool_runs(source, format))
+
+
+def iter_tool_runs(source: CliResult | str | os.PathLike[str], format: str) -> Iterator[ToolRun]:
+    """The runs in a harness's report as it is read (`read_tool_runs`, one at a time); what could not be read is
+    skipped and logged once the report is read."""
     if format not in READERS:
         raise ValueError(f"agl.record_tool_runs: unknown format {format!r}; known: {', '.join(FORMATS)}")
+    skipped = Skipped()
     try:
-        if isinstance(source, CliResult):  # agl's own file, outside the agent's reach
-            text = source.transcript.read_text(errors="replace")
-        else:  # a report the agent wrote (a trajectory in its home): no link followed out of its folders
-            text = read_agent_file(Path(source)).decode(errors="replace")
+        if isinstance(source, CliResult):  # agl's own file, outside the agent's reach: streamed
+            stream: IO[bytes] = open(source.transcript, "rb")  # noqa: SIM115 (closed below)
+        else:  # a report the agent wrote (a trajectory in its home): no link followed out of its folders; capped
+            stream = io.BytesIO(read_agent_file(Path(source), max_bytes=MAX_DOCUMENT_BYTES + 1))
     except OSError:
-        return []
+        return
     except ValueError as exc:
         log.warning("agl.record_tool_runs: %s", exc)
-        return []
-    return READERS[format](text)
+        return
+    with stream:
+        yield from READERS[format](stream, skipped)
+    skipped.log(format)
+
+
+class Skipped(Counter[str]):
+    """What a report held that could not be read, by why."""
+
+    def log(self, format: str) -> None:
+        if self:
+            said = ", ".join(f"{n} {why}" for why, n in self.items())
+            log.warning(
+                "agl.record_tool_runs: skipped what the %s report held that could not be read: %s", format, said
+            )
 
 
 def _failure(run: ToolRun) -> str:
@@ -123,19 +160,76 @@ def _failure(run: ToolRun) -> str:
     return f"{said}: {last_line[:200]}" if last_line else said
 
 
-def _events(text: str) -> Iterator[dict[str, Any]]:
+def _lines(stream: IO[bytes], skipped: Skipped) -> Iterator[bytes]:
+    """The lines of `stream`, each at most MAX_LINE_BYTES: a longer one is skipped, read past in pieces of that
+    size, never held whole."""
+    while line := stream.readline(MAX_LINE_BYTES + 1):
+        if len(line) > MAX_LINE_BYTES and not line.endswith(b"\n"):
+            skipped[f"lines over {MAX_LINE_BYTES} bytes"] += 1
+            while line and not line.endswith(b"\n"):
+                line = stream.readline(MAX_LINE_BYTES)
+            continue
+        yield line
+
+
+def _loads(text: bytes) -> Any:
+    """orjson's parse (it refuses more than 1,024 levels of nesting, without recursing in Python), on the bytes as
+    they are, else decoded with replacement characters (a harness's output may hold invalid UTF-8)."""
+    try:
+        return orjson.loads(text)
+    except orjson.JSONDecodeError:
+        return orjson.loads(text.decode(errors="replace"))
+
+
+def _events(stream: IO[bytes], skipped: Skipped) -> Iterator[dict[str, Any]]:
     """The JSON objects of a JSON-lines report, skipping anything else its transcript holds (stderr lines, a line
-    cut short when the harness was killed)."""
-    for line in text.splitlines():
+    cut short when the harness was killed, a line too long or too deep)."""
+    for line in _lines(stream, skipped):
         line = line.strip()
-        if not line.startswith("{"):
+        if not line.startswith(b"{"):
             continue
         try:
-            event = json.loads(line)
-        except ValueError:
+            event = _loads(line)
+        except orjson.JSONDecodeError:
+            skipped["lines not JSON (cut short, or nested over 1,024 levels)"] += 1
             continue
         if isinstance(event, dict):
             yield event
+
+
+def _each(
+    items: Iterable[Any], read: Any, skipped: Skipped, what: str = "events of an unexpected shape"
+) -> Iterator[ToolRun]:
+    """The runs `read(item)` makes of each item (a list), skipping an item it cannot read: a report's shape is the
+    harness's, not agl's, and one odd event must cost that event, not the report."""
+    for item in items:
+        try:
+            runs: list[ToolRun] = read(item)
+        except Exception:  # any shape: AttributeError, TypeError, RecursionError...
+            skipped[what] += 1
+            continue
+        yield from runs
+
+
+def _dumps(value: Any) -> str:
+    """`value` as JSON text, or a mark that it could not be written (nested deeper than the interpreter recurses)."""
+    try:
+        return json.dumps(value)
+    except (RecursionError, TypeError, ValueError):
+        return "(unreadable)"
+
+
+def _str(value: Any) -> str:
+    return value if isinstance(value, str) else "" if value is None else _dumps(value)
+
+
+def _name(value: Any) -> str:
+    """A tool's name, as the report gives it (never empty: a span needs a name)."""
+    return _str(value) or "unknown"
+
+
+def _dict(value: Any) -> dict[str, Any]:
+    return value if isinstance(value, dict) else {}
 
 
 def _text(content: Any) -> str:
@@ -143,8 +237,8 @@ def _text(content: Any) -> str:
     if isinstance(content, str):
         return content
     if isinstance(content, list):
-        return "\n".join(str(b.get("text", "")) for b in content if isinstance(b, dict))
-    return "" if content is None else str(content)
+        return "\n".join(_str(b.get("text", "")) for b in content if isinstance(b, dict))
+    return _str(content)
 
 
 def _exit_code_said(output: str) -> int | None:
@@ -152,28 +246,36 @@ def _exit_code_said(output: str) -> int | None:
     head = output.removeprefix("Error: ").strip()
     if head.startswith("Exit code "):
         digits = head.removeprefix("Exit code ").split(maxsplit=1)[0] if head != "Exit code " else ""
-        return int(digits) if digits.lstrip("-").isdigit() else None
+        return int(digits) if digits.lstrip("-").isdigit() and len(digits) < 20 else None
     return None
 
 
-def _claude_code(text: str) -> list[ToolRun]:
+def _code(value: Any) -> int | None:
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
+def _claude_code(stream: IO[bytes], skipped: Skipped) -> Iterator[ToolRun]:
     asked: dict[str, tuple[str, str, bool]] = {}  # tool_use id → (tool, its input, by a sub-agent)
-    runs: list[ToolRun] = []
-    for event in _events(text):
+
+    def read(event: dict[str, Any]) -> list[ToolRun]:
         message = event.get("message")
         blocks = message.get("content") if isinstance(message, dict) else None
         if not isinstance(blocks, list):
-            continue
+            return []
         sub_agent = event.get("parent_tool_use_id") is not None
+        runs: list[ToolRun] = []
         for block in blocks:
             if not isinstance(block, dict):
                 continue
             if event.get("type") == "assistant" and block.get("type") == "tool_use":
                 tool_input = block.get("input") or {}
-                command = tool_input.get("command") or tool_input.get("file_path") or json.dumps(tool_input)
-                asked[str(block.get("id"))] = (str(block.get("name")), str(command), sub_agent)
+                if isinstance(tool_input, dict):
+                    command = tool_input.get("command") or tool_input.get("file_path") or tool_input
+                else:
+                    command = tool_input
+                asked[_str(block.get("id"))] = (_name(block.get("name")), _str(command), sub_agent)
             elif event.get("type") == "user" and block.get("type") == "tool_result":
-                call_id = str(block.get("tool_use_id"))
+                call_id = _str(block.get("tool_use_id"))
                 if call_id not in asked:
                     continue
                 tool, command, by_sub_agent = asked.pop(call_id)
@@ -193,112 +295,156 @@ def _claude_code(text: str) -> list[ToolRun]:
                         sub_agent=by_sub_agent,
                     )
                 )
-    return runs
+        return runs
+
+    yield from _each(_events(stream, skipped), read, skipped)
 
 
-def _codex(text: str) -> list[ToolRun]:
-    items: dict[str, dict[str, Any]] = {}  # item id → its latest state, in the order items first appeared
-    for event in _events(text):
+def _codex(stream: IO[bytes], skipped: Skipped) -> Iterator[ToolRun]:
+    """Runs in the order their items first appeared (their ordinal), each once its item completed (or, never
+    completed, at the end); only the items not yet completed, and completed ones waiting for an earlier ordinal,
+    are held."""
+    ordinals: dict[str, int] = {}  # item id → its order among the runs
+    latest: dict[int, dict[str, Any]] = {}  # ordinal → its item's latest state, until it completed
+    ready: dict[int, ToolRun] = {}
+    emitted = 0
+
+    def read(event: dict[str, Any]) -> list[ToolRun]:
+        nonlocal emitted
         item = event.get("item")
-        if isinstance(item, dict) and item.get("type") in ("command_execution", "file_change"):
-            items[str(item.get("id"))] = item
-    runs: list[ToolRun] = []
-    for ordinal, item in enumerate(items.values()):
-        status = str(item.get("status"))
-        if item["type"] == "command_execution":
-            code = item.get("exit_code")
-            done = isinstance(code, int)
-            outcome: Status = "unset" if not done else "ok" if code == 0 else "error"
-            command, output = str(item.get("command", "")), str(item.get("aggregated_output", ""))
-        else:
-            outcome = "ok" if status == "completed" else "error" if status == "failed" else "unset"
-            code = None
-            changes = item.get("changes") or []
-            command = " ".join(f"{c.get('kind')} {c.get('path')}" for c in changes if isinstance(c, dict))
-            output = ""
-        runs.append(
-            ToolRun(
-                tool=str(item["type"]),
-                status=outcome,
-                command=command,
-                exit_code=code if isinstance(code, int) else None,
-                output_tail=output[-TAIL_CHARS:],
-                ordinal=ordinal,
-            )
-        )
-    return runs
+        if not isinstance(item, dict) or item.get("type") not in ("command_execution", "file_change"):
+            return []
+        key = _str(item.get("id"))
+        ordinal = ordinals.setdefault(key, len(ordinals))
+        if ordinal < emitted or ordinal in ready:
+            return []  # a state after its completion: its run is taken already
+        latest[ordinal] = item
+        if event.get("type") != "item.completed":
+            return []
+        ready[ordinal] = _codex_run(latest.pop(ordinal), ordinal)
+        runs = []
+        while emitted in ready:
+            runs.append(ready.pop(emitted))
+            emitted += 1
+        return runs
+
+    yield from _each(_events(stream, skipped), read, skipped)
+    for ordinal in sorted({*latest, *ready}):  # the items never completed (the harness was killed), in order
+        run = ready.pop(ordinal, None)
+        if run is None:
+            try:
+                run = _codex_run(latest[ordinal], ordinal)
+            except Exception:  # as in _each
+                skipped["events of an unexpected shape"] += 1
+                continue
+        yield run
 
 
-def _opencode(text: str) -> list[ToolRun]:
-    runs: list[ToolRun] = []
-    for event in _events(text):
+def _codex_run(item: dict[str, Any], ordinal: int) -> ToolRun:
+    status = _str(item.get("status"))
+    if item["type"] == "command_execution":
+        code = _code(item.get("exit_code"))
+        outcome: Status = "unset" if code is None else "ok" if code == 0 else "error"
+        command, output = _str(item.get("command", "")), _str(item.get("aggregated_output", ""))
+    else:
+        outcome = "ok" if status == "completed" else "error" if status == "failed" else "unset"
+        code = None
+        changes = item.get("changes") or []
+        changes = changes if isinstance(changes, list) else []
+        command = " ".join(f"{_str(c.get('kind'))} {_str(c.get('path'))}" for c in changes if isinstance(c, dict))
+        output = ""
+    return ToolRun(
+        tool=str(item["type"]),
+        status=outcome,
+        command=command,
+        exit_code=code,
+        output_tail=output[-TAIL_CHARS:],
+        ordinal=ordinal,
+    )
+
+
+def _seconds(ms: Any) -> float | None:
+    return ms / 1000 if isinstance(ms, int | float) and not isinstance(ms, bool) else None
+
+
+def _opencode(stream: IO[bytes], skipped: Skipped) -> Iterator[ToolRun]:
+    def read(event: dict[str, Any]) -> list[ToolRun]:
         part = event.get("part")
         if event.get("type") != "tool_use" or not isinstance(part, dict):
-            continue
-        state = part.get("state") or {}
+            return []
+        state = _dict(part.get("state"))
         status = state.get("status")
-        metadata = state.get("metadata") or {}
-        code = metadata.get("exit")
-        times = state.get("time") or {}
+        code = _code(_dict(state.get("metadata")).get("exit"))
+        times = _dict(state.get("time"))
         if status == "error":
             outcome: Status = "error"
         elif status == "completed":
-            outcome = "error" if isinstance(code, int) and code != 0 else "ok"
+            outcome = "error" if code is not None and code != 0 else "ok"
         else:
             outcome = "unset"
         tool_input = state.get("input") or {}
-        command = tool_input.get("command") or tool_input.get("filePath") or json.dumps(tool_input)
-        output = str(state.get("output") if status == "completed" else state.get("error") or "")
-        runs.append(
+        command = (tool_input.get("command") or tool_input.get("filePath")) if isinstance(tool_input, dict) else None
+        output = _str(state.get("output") if status == "completed" else state.get("error") or "")
+        return [
             ToolRun(
-                tool=str(part.get("tool")),
+                tool=_name(part.get("tool")),
                 status=outcome,
-                command=str(command),
-                exit_code=code if isinstance(code, int) else None,
+                command=_str(command or tool_input),
+                exit_code=code,
                 output_tail=output[-TAIL_CHARS:],
-                call_id=str(part["callID"]) if part.get("callID") else None,
-                start=times["start"] / 1000 if isinstance(times.get("start"), int | float) else None,
-                end=times["end"] / 1000 if isinstance(times.get("end"), int | float) else None,
+                call_id=_str(part["callID"]) if part.get("callID") else None,
+                start=_seconds(times.get("start")),
+                end=_seconds(times.get("end")),
             )
-        )
-    return runs
+        ]
+
+    yield from _each(_events(stream, skipped), read, skipped)
 
 
-def _mini_swe_agent(text: str) -> list[ToolRun]:
+def _mini_swe_agent(stream: IO[bytes], skipped: Skipped) -> Iterator[ToolRun]:
+    document = stream.read(MAX_DOCUMENT_BYTES + 1)
+    if len(document) > MAX_DOCUMENT_BYTES:
+        skipped[f"trajectories over {MAX_DOCUMENT_BYTES} bytes"] += 1
+        return
     try:
-        trajectory = json.loads(text)
-    except ValueError:
-        return []
+        trajectory = _loads(document)
+    except orjson.JSONDecodeError:
+        return  # not written yet, or cut short: no runs
     messages = trajectory.get("messages") if isinstance(trajectory, dict) else None
     asked: dict[str, tuple[str, float | None]] = {}  # tool call id → (its command, when the answer asking came)
-    runs: list[ToolRun] = []
-    for message in messages if isinstance(messages, list) else []:
-        extra = message.get("extra") or {}
+
+    def read(message: Any) -> list[ToolRun]:
+        extra = _dict(message.get("extra"))
         stamp = extra.get("timestamp")
-        when = float(stamp) if isinstance(stamp, int | float) else None
+        when = float(stamp) if isinstance(stamp, int | float) and not isinstance(stamp, bool) else None
         if message.get("role") == "assistant":
-            for action in extra.get("actions") or []:
-                asked[str(action.get("tool_call_id"))] = (str(action.get("command", "")), when)
-        elif message.get("role") == "tool" and str(message.get("tool_call_id")) in asked:
-            call_id = str(message.get("tool_call_id"))
-            command, start = asked.pop(call_id)
-            code = extra.get("returncode")
-            # mini reports the command that ends the run (its submission) as not executed: neither ok nor failed
-            ended_run = extra.get("exception_info") == "action was not executed"
-            outcome: Status = "unset" if ended_run else "ok" if code == 0 else "error"
-            runs.append(
-                ToolRun(
-                    tool="bash",
-                    status=outcome,
-                    command=command,
-                    exit_code=code if isinstance(code, int) else None,
-                    output_tail=str(extra.get("raw_output", ""))[-TAIL_CHARS:],
-                    call_id=call_id,
-                    start=start,
-                    end=when if when is not None else start,
-                )
+            actions = extra.get("actions") or []
+            for action in actions if isinstance(actions, list) else []:
+                if isinstance(action, dict):
+                    asked[_str(action.get("tool_call_id"))] = (_str(action.get("command", "")), when)
+            return []
+        call_id = _str(message.get("tool_call_id"))
+        if message.get("role") != "tool" or call_id not in asked:
+            return []
+        command, start = asked.pop(call_id)
+        code = _code(extra.get("returncode"))
+        # mini reports the command that ends the run (its submission) as not executed: neither ok nor failed
+        ended_run = extra.get("exception_info") == "action was not executed"
+        outcome: Status = "unset" if ended_run else "ok" if code == 0 else "error"
+        return [
+            ToolRun(
+                tool="bash",
+                status=outcome,
+                command=command,
+                exit_code=code,
+                output_tail=_str(extra.get("raw_output", ""))[-TAIL_CHARS:],
+                call_id=call_id,
+                start=start,
+                end=when if when is not None else start,
             )
-    return runs
+        ]
+
+    yield from _each(messages if isinstance(messages, list) else [], read, skipped, "messages of an unexpected shape")
 
 
 READERS = {"claude-code": _claude_code, "codex": _codex, "opencode": _opencode, "mini-swe-agent": _mini_swe_agent}
