@@ -309,13 +309,14 @@ class MessagesStream:
         self.finished = False
         self._open: int | None = None  # the content block not yet stopped
         self._tools: dict[Any, int] = {}  # a chat tool call's index -> its content block
-        self._arguments: dict[int, list[str]] = {}  # a tool_use block's arguments so far
+        self._parts: list[str] = []  # the open block's text or arguments so far (joined once, when it stops)
         self._raw: set[int] = set()  # tool_use blocks whose arguments stream as they come
         self._decided: set[int] = set()  # tool_use blocks known to stream raw or whole
         self._unreadable = False  # arguments streamed raw that no client can rebuild into the input
         # why the agent did not receive what the call answered (its SDK cannot rebuild a tool's input from the
         # deltas): the call is then not trainable
         self.unreceived: str | None = None
+        self.held_bytes = 0  # the open block's text or arguments: reading them when it stops is work
         self._finish: Any = None
         self._vllm_stop: Any = None
         self._usage: Any = None
@@ -338,7 +339,8 @@ class MessagesStream:
             if self._open is None or self.message["content"][self._open]["type"] != "text":
                 out += self._start({"type": "text", "text": ""})
             assert self._open is not None
-            self.message["content"][self._open]["text"] += text
+            self._parts.append(text)
+            self.held_bytes += len(text)
             out.append(_event("content_block_delta", index=self._open, delta={"type": "text_delta", "text": text}))
         calls = delta.get("tool_calls")
         for call in calls if isinstance(calls, list) else []:
@@ -365,19 +367,18 @@ class MessagesStream:
             block["name"] = str(fn.get("name") or "")
             out += self._start(block)
             self._tools[key] = self._open  # type: ignore[assignment]
-            self._arguments[self._open] = []  # type: ignore[index]
         index = self._tools[key]
         piece = fn.get("arguments")
-        if not isinstance(piece, str) or not piece:
-            return out
-        so_far = self._arguments[index]
-        so_far.append(piece)
-        if index == self._open and index not in self._decided and (head := "".join(so_far).lstrip()):
+        if not isinstance(piece, str) or not piece or index != self._open:
+            return out  # a block once stopped takes no more (no backend goes back to an earlier tool call)
+        self._parts.append(piece)
+        self.held_bytes += len(piece)
+        if index not in self._decided and (head := "".join(self._parts).lstrip()):
             self._decided.add(index)
             if head.startswith("{"):  # an object: streamed as it comes; anything else is sent whole at the end
                 self._raw.add(index)
-                piece = "".join(so_far)  # what waited for its first character
-        if index in self._raw and index == self._open:
+                piece = "".join(self._parts)  # what waited for its first character
+        if index in self._raw:
             out.append(
                 _event("content_block_delta", index=index, delta={"type": "input_json_delta", "partial_json": piece})
             )
@@ -388,11 +389,14 @@ class MessagesStream:
         if index is None:
             return []
         assert self.message is not None
-        self._open = None
+        whole = "".join(self._parts)
+        self._open, self._parts, self.held_bytes = None, [], 0
         block = self.message["content"][index]
         out: list[bytes] = []
-        if block["type"] == "tool_use":
-            value = read_tool_input("".join(self._arguments[index]))
+        if block["type"] == "text":
+            block["text"] = whole
+        else:
+            value = read_tool_input(whole)
             block["input"] = {} if value is None else value
             self._unreadable = self._unreadable or (value is None and index in self._raw)
             if index not in self._raw:

@@ -320,6 +320,7 @@ class ResponsesStream:
         self.response: dict[str, Any] | None = None  # response.created's object; the finished one at the end
         self.finished = False
         self.unreceived: str | None = None  # the arguments pass on as text: an agent receives what the model wrote
+        self.held_bytes = 0  # the open item's text or arguments: joined when it is done
         self._event = _Events()
         self._output: list[dict[str, Any]] = []
         self._open: int | None = None  # the output item not yet done
@@ -349,6 +350,7 @@ class ResponsesStream:
                 out += self._start(_message_item("", "in_progress"))
             assert self._open is not None
             self._pieces.append(text)
+            self.held_bytes += len(text)
             where = {"item_id": self._output[self._open]["id"], "output_index": self._open, "content_index": 0}
             out.append(self._event("response.output_text.delta", **where, delta=text, logprobs=[]))
         calls = delta.get("tool_calls")
@@ -363,6 +365,7 @@ class ResponsesStream:
             piece = fn.get("arguments")
             if isinstance(piece, str) and piece and self._tools[key] == self._open:
                 self._pieces.append(piece)
+                self.held_bytes += len(piece)
                 where = {"item_id": self._output[self._open]["id"], "output_index": self._open}
                 out.append(self._event("response.function_call_arguments.delta", **where, delta=piece))
         if choice.get("finish_reason") is not None:
@@ -382,7 +385,7 @@ class ResponsesStream:
             return []
         self._open = None
         item, whole = self._output[index], "".join(self._pieces)
-        self._pieces = []
+        self._pieces, self.held_bytes = [], 0
         item["status"] = "completed"
         if item["type"] == "message":
             item["content"][0]["text"] = whole

@@ -1,7 +1,10 @@
 """The proxy's APIs served through chat completions: OpenAI's Responses API (agl.server.responses) and Anthropic's
 Messages API (agl.server.anthropic_messages). Each request is parsed and checked (off the event loop when large),
-translated, answered and recorded by the proxy's chat path under its own route, and the answer translated back,
-streamed as that API's events when the client asked for a stream."""
+translated, answered and recorded by the proxy's chat path under its own route, and the answer translated back (off
+the event loop when large); a stream is asked of the backend as a chat stream and each of its chunks sent on as that
+API's events when it comes. Whatever fails in a translation is answered in the API's envelope, never a 500: a request
+with a 400, an answer with a 502, its call (stored by the proxy before the translation) marked not trainable, since
+the agent never received it."""
 
 from __future__ import annotations
 
@@ -105,6 +108,7 @@ class StreamTranslator(Protocol):
 
     finished: bool
     unreceived: str | None  # why the agent could not take the answer it was streamed, once finished
+    held_bytes: int  # what the open block holds: the work its end costs
 
     def chunk(self, chunk: dict[str, Any]) -> list[bytes]: ...
 
@@ -270,7 +274,11 @@ async def _translated_stream(
                 whole = bytes(pending[: end + 2])
                 del pending[: end + 2]
                 try:
-                    out = await off_loop_if_large(partial(_events_of, translator), whole)
+                    translate = partial(_events_of, translator, whole)
+                    if len(whole) + translator.held_bytes > OFF_LOOP_BYTES:  # a large event, or a block's end
+                        out = await asyncio.to_thread(translate)
+                    else:
+                        out = translate()
                 except Exception as exc:
                     failed = f"the model server's stream could not be translated: {type(exc).__name__}: {exc}"
                     log.exception("%s", failed)
