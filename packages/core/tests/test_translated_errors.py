@@ -170,15 +170,17 @@ def test_with_an_sdks_retries_no_untranslatable_answer_is_stored_trainable(
     assert len(calls) == 3 and not any(c.trainable for c in calls)
 
 
+# where the translation fails: at the first chunk (before the relay stored the call) or at the end (after)
+@pytest.mark.parametrize("step", ["chunk", "done"])
 @pytest.mark.parametrize("api", ["messages", "responses"])
 def test_a_stream_that_cannot_be_translated_ends_with_an_error_event_and_its_call_not_trainable(
-    served: Served, api: str, monkeypatch: pytest.MonkeyPatch
+    served: Served, api: str, step: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    def broken(self: Any) -> list[bytes]:
+    def broken(*args: Any) -> list[bytes]:
         raise RecursionError("too deep")
 
     stream = anthropic_messages.MessagesStream if api == "messages" else responses.ResponsesStream
-    monkeypatch.setattr(stream, "done", broken)
+    monkeypatch.setattr(stream, step, broken)
     rid, base = attempt(served.url)
     resp = (ask_messages if api == "messages" else ask_responses)(base, "fine", stream=True)
     assert resp.status_code == 200 and events(resp)[-1] == "error" and "RecursionError" in resp.text
