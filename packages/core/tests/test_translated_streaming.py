@@ -17,6 +17,8 @@ import openai
 import pytest
 from translated_upstream import Script, Served, attempt, serve, stored
 
+from agl.server import anthropic_messages, responses
+
 ARGS = ['{"expression"', ': "12', '*7"}']
 SCRIPTS = {
     "slow": Script(text=["one", " two", " three", " four", " five"], gap_s=0.3),
@@ -151,3 +153,44 @@ def test_an_agent_that_hangs_up_mid_stream_leaves_its_call_not_trainable(served:
         time.sleep(0.1)
         (call,) = stored(served.url, rid)
     assert not call.trainable and call.http_status == 499
+
+
+def chat_chunks(text: list[str], args: list[str]) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+    """A chat stream's chunks (text, then one tool call) and the answer they make whole."""
+    base: dict[str, Any] = {"model": "m", "created": 1}
+    chunks = [{**base, "prompt_token_ids": [1, 2], "choices": [{"index": 0, "delta": {"role": "assistant"}}]}]
+    chunks += [{**base, "choices": [{"index": 0, "delta": {"content": t}}]} for t in text]
+    opened = {"index": 0, "id": "call_0", "type": "function", "function": {"name": "f", "arguments": ""}}
+    chunks.append({**base, "choices": [{"index": 0, "delta": {"tool_calls": [opened]}}]})
+    for a in args:
+        chunks.append(
+            {**base, "choices": [{"index": 0, "delta": {"tool_calls": [{"index": 0, "function": {"arguments": a}}]}}]}
+        )
+    chunks.append({**base, "choices": [{"index": 0, "delta": {}, "finish_reason": "tool_calls"}]})
+    usage = {"prompt_tokens": 2, "completion_tokens": 5, "total_tokens": 7}
+    chunks.append({**base, "choices": [], "usage": usage})
+    call = {**opened, "function": {"name": "f", "arguments": "".join(args)}}
+    message = {"role": "assistant", "content": "".join(text), "tool_calls": [call]}
+    answer = {**base, "choices": [{"index": 0, "message": message, "finish_reason": "tool_calls"}], "usage": usage}
+    return chunks, answer
+
+
+def kinds(events: list[bytes]) -> list[str]:
+    """The events' types, a run of deltas as one (the incremental stream sends a delta per chunk)."""
+    out: list[str] = []
+    for event in b"".join(events).split(b"\n\n"):
+        if event.startswith(b"event: "):
+            kind = event.split(b"\n")[0][len(b"event: ") :].decode()
+            if not (out and out[-1] == kind and kind.endswith("delta")):
+                out.append(kind)
+    return out
+
+
+@pytest.mark.parametrize("api", ["messages", "responses"])
+def test_the_incremental_stream_sends_the_event_sequence_of_the_whole_answer(api: str) -> None:
+    chunks, answer = chat_chunks(["Hi", " there"], ['{"x"', ": 1}"])
+    module: Any = anthropic_messages if api == "messages" else responses
+    request = {"model": "m", "max_tokens": 8}
+    stream = module.MessagesStream(request) if api == "messages" else module.ResponsesStream(request)
+    incremental = [e for c in chunks for e in stream.chunk(c)] + stream.done()
+    assert kinds(incremental) == kinds(list(module.stream_events(module.from_chat(answer, request))))
