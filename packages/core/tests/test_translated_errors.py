@@ -151,6 +151,7 @@ def test_an_answer_that_cannot_be_translated_is_a_502_and_its_call_not_trainable
     assert "RecursionError" in resp.text
     (call,) = stored(served.url, rid)
     assert not call.trainable and "RecursionError" in (call.not_trainable_reason or "")
+    assert call.http_status == 502  # what the agent got, not the answer the engine gave
     assert str(call.seq) == resp.headers["x-agl-llm-seq"]
 
 

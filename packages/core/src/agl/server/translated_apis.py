@@ -224,7 +224,8 @@ async def _not_received(proxy: LLMProxy, attempt_id: str, seq: str | None, why: 
     if seq is None:
         return
     try:
-        await asyncio.wrap_future(proxy.store.mark_llm_call_abandoned(attempt_id, int(seq), f"not received: {why}"))
+        marked = proxy.store.mark_llm_call_abandoned(attempt_id, int(seq), f"not received: {why}", http_status=502)
+        await asyncio.wrap_future(marked)
     except Exception:
         log.exception("could not mark LLM call %s/%s as not received", attempt_id, seq)
 

@@ -91,13 +91,16 @@ def insert_llm_call(conn: sqlite3.Connection, values: tuple[Any, ...]) -> None:
     conn.execute("RELEASE late_call")
 
 
-def mark_llm_call_abandoned(conn: sqlite3.Connection, attempt_id: str, seq: int, reason: str) -> bool:
-    """The agent hung up before the whole answer of a call already stored reached it: the call stays, as not
-    trainable with `reason` (an answer the agent never acted on is no sample of its policy). False: no such call."""
+def mark_llm_call_abandoned(
+    conn: sqlite3.Connection, attempt_id: str, seq: int, reason: str, http_status: int = 499
+) -> bool:
+    """The agent hung up before the whole answer of a call already stored reached it (499), or got an error
+    instead of it (the proxy's translation failed: 502): the call stays, as not trainable with `reason` (an answer
+    the agent never acted on is no sample of its policy). False: no such call."""
     marked = conn.execute(
-        "UPDATE llm_calls SET status='error', http_status=499, error=?, trainable=0, not_trainable_reason=?"
+        "UPDATE llm_calls SET status='error', http_status=?, error=?, trainable=0, not_trainable_reason=?"
         " WHERE attempt_id=? AND seq=?",
-        (reason, reason, attempt_id, seq),
+        (http_status, reason, reason, attempt_id, seq),
     ).rowcount
     if marked:
         repack_if_packed(conn, attempt_id)

@@ -236,9 +236,9 @@ class Store:
         values = rows.llm_call_values(call)  # encoded here, in the caller's thread: the writer's time is scarcer
         return self.submit(lambda conn: records.insert_llm_call(conn, values), single_statement=True)
 
-    def mark_llm_call_abandoned(self, attempt_id: str, seq: int, reason: str) -> Future[bool]:
+    def mark_llm_call_abandoned(self, attempt_id: str, seq: int, reason: str, http_status: int = 499) -> Future[bool]:
         """See `records.mark_llm_call_abandoned`; queued after the call's own insert, so it always finds it."""
-        return self.submit(lambda conn: records.mark_llm_call_abandoned(conn, attempt_id, seq, reason))
+        return self.submit(lambda conn: records.mark_llm_call_abandoned(conn, attempt_id, seq, reason, http_status))
 
     def publish_model_version(self, mv: ModelVersionIn) -> Future[ModelVersion]:
         return self.submit(lambda conn: records.insert_model_version(conn, mv, time.time()))
