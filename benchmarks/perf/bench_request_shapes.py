@@ -2,7 +2,7 @@
 
 Each shape is a ~30 MB chat-completion body (`--max-body-mb` is 32) that opens few objects and lists, so a cap on
 structures lets it through to the parser: one list of 7.5M floats, one object of 2.2M keys, one list of 5M short
-strings. Six of one shape are sent at once through the proxy, while another process polls `GET /healthz` every 20 ms
+strings. Six of one shape are sent at once through the proxy of a fresh server, while another process polls `GET /healthz` every 20 ms
 on a new connection; printed per shape: the answers, the health probe's p99 and slowest, and the server's peak RSS
 growth over its RSS before the round (targets: p99 under 100 ms, growth under 300 MB). A control round sends six
 bodies of one 30 MB string (read, parsed, refused for want of messages): what receiving them costs by itself. A last
@@ -147,9 +147,10 @@ def main() -> None:
     parser.add_argument("--src", help="run the server from these sources (PYTHONPATH)")
     args = parser.parse_args()
     bodies = {**shapes(), "real long conversation": long_conversation()}
-    with scripted_upstream() as upstream, serve(args.src, upstream=upstream) as server:
+    with scripted_upstream() as upstream:
         for name, body in bodies.items():
-            print(json.dumps(round_of(server.url, server.proc.pid, name, body)), flush=True)
+            with serve(args.src, upstream=upstream) as server:  # a fresh server each: its RSS growth is its own
+                print(json.dumps(round_of(server.url, server.proc.pid, name, body)), flush=True)
 
 
 if __name__ == "__main__":

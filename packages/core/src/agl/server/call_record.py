@@ -19,7 +19,7 @@ import orjson
 
 from agl.common import attributes as attr
 from agl.schema import Attribution, LLMCall
-from agl.server.span_caps import count_elements
+from agl.server.span_caps import count_bytes, count_elements
 from agl.store import new_id
 
 # Sampling parameters that change the distribution a response is drawn from beyond the temperature, with the
@@ -541,7 +541,7 @@ def structure_problem(
     `max_structures` (so `agl serve --max-request-structures` moves both)."""
     if len(raw) <= OFF_LOOP_BYTES:
         return None  # at most ~128k elements fit in it: under the budget
-    opened = raw.count(b"{") + raw.count(b"[")
+    opened = count_bytes(raw, b"{[")
     if opened > len(raw) // BYTES_PER_STRUCTURE:
         return (
             f"request body opens {opened} JSON objects and lists in {len(raw)} bytes (at most one per"
