@@ -142,15 +142,25 @@ def round_of(server_url: str, pid: int, name: str, body: bytes) -> dict[str, obj
     }
 
 
+def run(src: str | None, bodies: dict[str, bytes]) -> None:
+    with scripted_upstream() as upstream:
+        for name, body in bodies.items():
+            with serve(src, upstream=upstream) as server:  # a fresh server each: its RSS growth is its own
+                assert server.proc is not None
+                print(json.dumps(round_of(server.url, server.proc.pid, name, body)), flush=True)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--src", help="run the server from these sources (PYTHONPATH)")
     args = parser.parse_args()
-    bodies = {**shapes(), "real long conversation": long_conversation()}
-    with scripted_upstream() as upstream:
-        for name, body in bodies.items():
-            with serve(args.src, upstream=upstream) as server:  # a fresh server each: its RSS growth is its own
-                print(json.dumps(round_of(server.url, server.proc.pid, name, body)), flush=True)
+    run(args.src, {**shapes(), "real long conversation": long_conversation()})
+
+
+def smoke() -> None:
+    """`make bench-smoke`: that this script runs, at a small size (the numbers are not judged)."""
+    head = b'{"model":"m","max_tokens":1,"messages":[{"role":"user","content":"hi"}],"x":'
+    run(None, {"20k floats": head + b"[" + b",".join([b"1.5"] * 20_000) + b"]}", "conversation": long_conversation(20)})
 
 
 if __name__ == "__main__":

@@ -96,19 +96,24 @@ def one(http: httpx.Client, base: str, route: str) -> tuple[float, float]:
     return first, time.perf_counter() - start
 
 
-def main() -> None:
+def main(rounds: int = ROUNDS) -> None:
     with tempfile.TemporaryDirectory() as run, ThreadedServer(backend, lifespan="off") as up:
         settings = ServerSettings(run_dir=Path(run) / "run", upstream=UpstreamConfig(base_url=f"{up.url}/v1"))
         with ThreadedServer(create_app(settings)) as server, httpx.Client(timeout=60) as http:
-            print(f"backend: {TOKENS} chunks, {GAP_S * 1000:.0f} ms apart; median of {ROUNDS} calls per route")
+            print(f"backend: {TOKENS} chunks, {GAP_S * 1000:.0f} ms apart; median of {rounds} calls per route")
             print(f"{'route':<10} {'first delta ms':>15} {'whole stream ms':>16}")
             for route in ROUTES:
                 base = attempt_base(server.url)
                 one(http, base, route)  # warm: connections, the model list
-                times = [one(http, base, route) for _ in range(ROUNDS)]
+                times = [one(http, base, route) for _ in range(rounds)]
                 first = statistics.median(t[0] for t in times) * 1000
                 whole = statistics.median(t[1] for t in times) * 1000
                 print(f"{route:<10} {first:>15.1f} {whole:>16.1f}")
+
+
+def smoke() -> None:
+    """`make bench-smoke`: that this script runs, at a small size (the numbers are not judged)."""
+    main(rounds=2)
 
 
 if __name__ == "__main__":
