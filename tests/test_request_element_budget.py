@@ -13,7 +13,8 @@ import orjson
 
 from agl.client import API
 from agl.common.processes import ServerProcess
-from agl.server.call_record import MAX_REQUEST_ELEMENTS, parse_chat, structure_problem
+from agl.server.call_record import parse_chat
+from agl.server.request_cost import MAX_REQUEST_ELEMENTS, structure_problem
 from agl.server.span_caps import TooManySpans, check_json_containers, count_elements
 from tests.test_server_faults import claim, proxy_path
 

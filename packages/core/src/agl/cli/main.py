@@ -13,6 +13,7 @@ import click
 
 from agl._version import __version__
 from agl.cli.secrets import forbid_dumping, read_token_file, token_options
+from agl.cli.serve_options import engine_admission, upstream_limits
 from agl.learn.selection import AgentSelection
 
 log = logging.getLogger("agl.worker")
@@ -136,35 +137,7 @@ def cli() -> None:
     show_default=True,
     help="Connections to the upstream held at once; calls past it wait for one (up to --upstream-timeout).",
 )
-@click.option(
-    "--upstream-max-answer-mb",
-    type=click.FloatRange(min=0.001),
-    default=64.0,
-    show_default=True,
-    help="Largest answer read from the upstream (502 past it, the call stored with the error).",
-)
-@click.option(
-    "--upstream-max-event-mb",
-    type=click.FloatRange(min=0.001),
-    default=16.0,
-    show_default=True,
-    help="Largest event of an upstream's streamed answer (the stream is cut past it, the call stored with the error).",
-)
-@click.option(
-    "--upstream-max-stream-mb",
-    type=click.FloatRange(min=0.001),
-    default=64.0,
-    show_default=True,
-    help="Most bytes of one streamed answer: past it the stream is cut and the call stored not trainable.",
-)
-@click.option(
-    "--upstream-max-stream-tokens",
-    type=click.IntRange(min=1),
-    default=131_072,
-    show_default=True,
-    help="Most tokens of one streamed answer whose request sets no max_tokens (with max_tokens: that, and 64 more),"
-    " past which the stream is cut and the call stored not trainable.",
-)
+@upstream_limits
 @click.option(
     "--allowed-host",
     "allowed_hosts",
@@ -244,25 +217,7 @@ def cli() -> None:
     help="Rewards are accepted in [-M, M]: one outside (or not finite), reported through the REST API or with an"
     " attempt's completion, is refused with 400 and nothing of its request is stored.",
 )
-@click.option(
-    "--admin-token-file",
-    type=click.Path(dir_okay=False, path_type=Path),
-    default=None,
-    help="A file holding a token that opens the engine routes (/api/v1/proxy/engines) of a server without --token;"
-    " a trainer gives it to the server it starts. Without either, engines are changed only on the command line.",
-)
-@click.option(
-    "--engine-host",
-    "engine_hosts",
-    multiple=True,
-    help="A host engines may be added on at run time (repeatable); without it any host but link-local addresses.",
-)
-@click.option(
-    "--api-key-to-added-engines",
-    is_flag=True,
-    default=False,
-    help="Send --upstream-api-key to engines added at run time too (by default only to those given with --upstream).",
-)
+@engine_admission
 @click.option(
     "--log-level", default="warning", show_default=True, type=click.Choice(["debug", "info", "warning", "error"])
 )

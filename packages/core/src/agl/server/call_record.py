@@ -19,7 +19,7 @@ import orjson
 
 from agl.common import attributes as attr
 from agl.schema import Attribution, LLMCall
-from agl.server.span_caps import count_bytes, count_elements
+from agl.server.request_cost import MAX_REQUEST_STRUCTURES, OFF_LOOP_BYTES, structure_problem
 from agl.store import new_id
 
 # Sampling parameters that change the distribution a response is drawn from beyond the temperature, with the
@@ -497,11 +497,6 @@ def _joined(slot: dict[str, Any]) -> dict[str, Any]:
     return {**slot, "function": {"name": "".join(fn["name"]), "arguments": "".join(fn["arguments"])}}
 
 
-# A request body (or an upstream's answer) this large is parsed and checked on a worker thread: walking a 12 MB
-# body took the event loop 11 s, and every other request waited; a smaller one stays inline, where parsing costs
-# less than the hop to a thread.
-OFF_LOOP_BYTES = 256 * 1024
-
 T = TypeVar("T")
 
 
@@ -510,57 +505,6 @@ async def off_loop_if_large(parse: Callable[[bytes], T], raw: bytes) -> T:
     if len(raw) > OFF_LOOP_BYTES:
         return await asyncio.to_thread(parse, raw)
     return parse(raw)
-
-
-# a large body may open one JSON object or list per this many bytes: real requests (text, tool schemas) open one
-# every 20 bytes or more, while 12 MB of empty lists, one every 3, held the interpreter lock in the JSON parser for
-# seconds (a parser thread does not help there), stalling every other request
-BYTES_PER_STRUCTURE = 8
-# and at most this many in all (`agl serve --max-request-structures`): orjson parses 111k small objects in ~40 ms
-# and 1.1M in ~0.9 s on a 2-core machine, all of it holding the interpreter lock, so health and every other call
-# waited that long. The count includes braces inside strings, so it over-counts; even so a 128k-token context of
-# JSON-heavy tool output opens about 15k, far under the cap.
-MAX_REQUEST_STRUCTURES = 131_072
-
-
-# and at most this many elements per structure of that cap (8 × --max-request-structures: 1,048,576 by default),
-# counted in the bytes before parsing (`span_caps.count_elements`): each string, and each comma and colon outside
-# strings, 1-4 per value or key (a content part or a tool schema's property counts ~8). Structures alone let one
-# 30 MB list of 7.5M floats or one object of 2.2M keys through; six such took the server from 222 MB to 2 GB. A
-# million parse into ~30-36 MB; a long agent conversation (2,000 tool calls with their results, 200 tool schemas)
-# counts ~100k: the text inside strings is not counted.
-ELEMENTS_PER_STRUCTURE = 8
-MAX_REQUEST_ELEMENTS = ELEMENTS_PER_STRUCTURE * MAX_REQUEST_STRUCTURES
-
-
-def structure_problem(
-    raw: bytes, max_structures: int = MAX_REQUEST_STRUCTURES, max_elements: int | None = None
-) -> str | None:
-    """Why a large body is refused before it is parsed: far more objects and lists, or elements (strings, numbers,
-    keys: `count_elements`), than any request holds. `max_elements` defaults to ELEMENTS_PER_STRUCTURE ×
-    `max_structures` (so `agl serve --max-request-structures` moves both)."""
-    if len(raw) <= OFF_LOOP_BYTES:
-        return None  # at most ~128k elements fit in it: under the budget
-    opened = count_bytes(raw, b"{[")
-    if opened > len(raw) // BYTES_PER_STRUCTURE:
-        return (
-            f"request body opens {opened} JSON objects and lists in {len(raw)} bytes (at most one per"
-            f" {BYTES_PER_STRUCTURE} bytes in a body over {OFF_LOOP_BYTES // 1024} KiB)"
-        )
-    if opened > max_structures:
-        return (
-            f"request body opens {opened} JSON objects and lists (counting braces and brackets inside strings);"
-            f" at most {max_structures} are parsed (agl serve --max-request-structures)"
-        )
-    limit = ELEMENTS_PER_STRUCTURE * max_structures if max_elements is None else max_elements
-    elements = count_elements(raw, limit)
-    if elements > limit:
-        return (
-            f"request body holds at least {elements} JSON elements (strings, and commas and colons outside strings,"
-            f" counted before parsing); at most {limit} are parsed ({ELEMENTS_PER_STRUCTURE} × agl serve"
-            " --max-request-structures)"
-        )
-    return None
 
 
 def parse_chat(raw: bytes, max_structures: int = MAX_REQUEST_STRUCTURES) -> dict[str, Any] | str:

@@ -60,7 +60,7 @@ def _is_own_address(host: str, port: int, request: Request) -> bool:
     if not server or port != server[1]:
         return False
     try:
-        addresses = {info[4][0] for info in socket.getaddrinfo(host, port, proto=socket.IPPROTO_TCP)}
+        addresses = {str(info[4][0]) for info in socket.getaddrinfo(host, port, proto=socket.IPPROTO_TCP)}
     except OSError:
         return False
     bound = server[0]

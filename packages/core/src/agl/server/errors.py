@@ -12,7 +12,12 @@ from fastapi.exceptions import RequestValidationError
 from pydantic import BaseModel
 from starlette.responses import JSONResponse, Response
 
-from agl.protocol import error_body
+from agl.protocol import error_body, error_bytes
+
+
+def openai_error(status: int, message: str, type_: str, code: str | None = None) -> Response:
+    """An error in OpenAI's envelope (the LLM proxy's answers)."""
+    return Response(error_bytes(message, type_, code), status_code=status, media_type="application/json")
 
 
 def error_response(status: int, message: str, type_: str) -> JSONResponse:

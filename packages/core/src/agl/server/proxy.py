@@ -14,9 +14,8 @@ import contextlib
 import logging
 import secrets
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, MutableMapping
 from concurrent.futures import Future
-from dataclasses import dataclass
 from functools import partial
 from typing import Any
 
@@ -31,8 +30,6 @@ from agl.schema import ModelVersion
 from agl.server.call_gate import CallGate, CallMeter
 from agl.server.call_record import (
     MALFORMED,
-    MAX_REQUEST_STRUCTURES,
-    OFF_LOOP_BYTES,
     CallRecord,
     event_without_logprobs,
     json_or_none,
@@ -41,7 +38,10 @@ from agl.server.call_record import (
     without_logprobs,
 )
 from agl.server.engines import Engine, EngineRouter
-from agl.server.relay import BadAnswer, RelayResponse, error_message, hung_up, read_capped
+from agl.server.errors import openai_error as openai_error  # where the routes find it
+from agl.server.relay import BadAnswer, RelayResponse, error_message, hung_up, read_capped, take_event
+from agl.server.request_cost import OFF_LOOP_BYTES
+from agl.server.upstream_config import UpstreamConfig as UpstreamConfig  # where every caller finds it
 from agl.store import Store
 
 log = logging.getLogger(__name__)
@@ -52,49 +52,11 @@ UPSTREAM_ERRORS = (aiohttp.ClientError, asyncio.TimeoutError, OSError)
 BAD_ANSWER = "upstream_bad_answer"
 RELAY_PIECE = 32 * 1024  # bytes of a stream parsed per step of the event loop (about 2 ms of work)
 ABANDONED_STREAM = "the agent hung up before the whole streamed answer reached it"
-MiB = 1024 * 1024
 # the agl servers a call has passed through, each named by its instance id: a server refuses a call it sent itself
 VIA_HEADER = "x-agl-via"
 VIA_KEY = VIA_HEADER.encode()
 SERVER_HEADER = "x-agl-server"  # on agl's model lists: which agl server answered
 MAX_HOPS = 4
-
-
-@dataclass
-class UpstreamConfig:
-    base_url: str | None  # an OpenAI-compatible base URL ending in /v1; None: no backend configured
-    # more engines serving the same model (vLLM on other nodes): calls are routed over all (agl.server.engines)
-    more_urls: tuple[str, ...] = ()
-    api_key: str | None = None
-    model: str | None = None  # replaces the model the agent asked for, when set
-    token_ids: str = "auto"  # "auto": ask, and stop asking if the backend rejects it; "always"; "never"
-    timeout_s: float = 600.0
-    # connections to the upstream held at once; calls past it queue for one (up to timeout_s), never fail
-    max_connections: int = 1024
-    # the sampling temperature of a call whose agent sets none; always sent, so the store knows the distribution
-    # every response was drawn from (a backend's own default may be anything: vLLM uses the model's config)
-    temperature: float | None = 1.0
-    # every call of an evaluation rollout is sent with this temperature, whatever the agent asked for, so that
-    # evaluations against any backend decode alike (agl's own engine does the same from the mode header)
-    eval_temperature: float | None = None
-    # the most bytes of one non-streamed answer read: a vLLM answer of 32k tokens with 20 top log-probs each is
-    # about 45 MB of JSON, and past the cap one runaway answer (read whole, then parsed) would cost gigabytes
-    max_answer_bytes: int = 64 * MiB
-    # the most bytes of one SSE event of a stream not yet ended by its blank line: an event carries a few tokens,
-    # the first also the prompt's ids (a million-token prompt is ~8 MB); a stream without separators would
-    # otherwise be buffered whole
-    max_event_bytes: int = 16 * MiB
-    # a stream's total cap, past which it is cut and stored not trainable (an upstream that never stops, or one
-    # sending more than it was asked for, would otherwise be relayed and stored whole): its bytes, and its tokens
-    # when the request sets no max_tokens (when it does, that number and a little slack)
-    max_stream_bytes: int = 64 * MiB
-    max_stream_tokens: int = 131_072
-    # the most JSON objects and lists one request body may open (agl.server.call_record says why)
-    max_request_structures: int = MAX_REQUEST_STRUCTURES
-
-
-def openai_error(status: int, message: str, type_: str, code: str | None = None) -> Response:
-    return Response(protocol.error_bytes(message, type_, code), status_code=status, media_type="application/json")
 
 
 class LLMProxy:
@@ -256,7 +218,7 @@ class LLMProxy:
             headers["authorization"] = f"Bearer {self.upstream.api_key}"
         return headers
 
-    def loop_problem(self, scope: dict[str, Any]) -> str | None:
+    def loop_problem(self, scope: MutableMapping[str, Any]) -> str | None:
         """Why a call must be refused as a loop: it was sent by this very server (an engine that leads back to it),
         or has passed through more agl servers than any real set-up chains. Read from the raw headers: it is asked
         of every call."""
@@ -566,7 +528,7 @@ class LLMProxy:
                     event = bytes(pending[taken:end])
                     taken = end + 2
                     events += 1
-                    done = self._take_event(event, rec) or done
+                    done = take_event(event, rec) or done
                     if rec.strip_logprobs:
                         rewritten.append(event_without_logprobs(event) + b"\n\n")
                 if taken:
@@ -625,9 +587,8 @@ class LLMProxy:
                     log.exception("could not mark LLM call %s/%s abandoned", rec.attempt_id, rec.seq)
 
     def _stream_token_cap(self, rec: CallRecord) -> int:
-        """The most tokens (or events: one carries a token or more) a stream of this call may carry: what the
-        request allows for each of its choices and a little slack (a final usage event, a backend counting
-        differently), else the cap."""
+        """The most tokens (or events, of a token or more) a stream of this call may carry: what the request allows
+        each choice and some slack (a final usage event, a backend counting differently), else the cap."""
         asked = [
             v
             for v in (rec.request.get("max_tokens"), rec.request.get("max_completion_tokens"))
@@ -636,25 +597,3 @@ class LLMProxy:
         n = rec.request.get("n")
         choices = n if isinstance(n, int) and not isinstance(n, bool) and n > 0 else 1
         return (min(asked) + 64) * choices if asked else self.upstream.max_stream_tokens
-
-    @staticmethod
-    def _take_event(event: bytes, rec: CallRecord) -> bool:
-        done = False
-        for line in event.split(b"\n"):
-            if not line.startswith(b"data:"):
-                continue
-            data = line[5:].strip()
-            if data == b"[DONE]":
-                done = True
-                continue
-            try:
-                chunk = orjson.loads(data)
-            except orjson.JSONDecodeError:
-                if rec.error is None:
-                    rec.error = f"{MALFORMED}: a streamed event's data is not JSON: {data[:200]!r}"
-                continue
-            if isinstance(chunk, dict) and "error" in chunk:
-                rec.error = error_message(chunk, data, 200)
-            else:
-                rec.take_chunk(chunk)  # a malformed chunk is noted on the record, not taken
-        return done

@@ -8,10 +8,11 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 import aiohttp
+import orjson
 from starlette.requests import ClientDisconnect, Request
 from starlette.responses import StreamingResponse
 
-from agl.server.call_record import CallRecord
+from agl.server.call_record import MALFORMED, CallRecord
 
 
 class BadAnswer(Exception):
@@ -74,3 +75,26 @@ def error_message(parsed: Any, content: bytes, status: int) -> str:
         return str(parsed["error"])
     text = content[:500].decode(errors="replace")
     return f"HTTP {status}: {text}" if text else f"HTTP {status}"
+
+
+def take_event(event: bytes, rec: CallRecord) -> bool:
+    """Take one SSE event of a chat stream into its call's record; True when it is the stream's `[DONE]`."""
+    done = False
+    for line in event.split(b"\n"):
+        if not line.startswith(b"data:"):
+            continue
+        data = line[5:].strip()
+        if data == b"[DONE]":
+            done = True
+            continue
+        try:
+            chunk = orjson.loads(data)
+        except orjson.JSONDecodeError:
+            if rec.error is None:
+                rec.error = f"{MALFORMED}: a streamed event's data is not JSON: {data[:200]!r}"
+            continue
+        if isinstance(chunk, dict) and "error" in chunk:
+            rec.error = error_message(chunk, data, 200)
+        else:
+            rec.take_chunk(chunk)  # a malformed chunk is noted on the record, not taken
+    return done

@@ -14,9 +14,10 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from agl.server import anthropic_messages as messages_api
-from agl.server.call_record import MAX_REQUEST_STRUCTURES, off_loop_if_large
+from agl.server.call_record import off_loop_if_large
 from agl.server.proxy import UPSTREAM_ERRORS, LLMProxy
 from agl.server.relay import BadAnswer, read_capped
+from agl.server.request_cost import MAX_REQUEST_STRUCTURES
 from agl.server.translated_apis import anthropic_error, parsed_object, untranslatable
 
 

@@ -25,17 +25,15 @@ from agl.server import anthropic_messages as messages_api
 from agl.server import responses as responses_api
 from agl.server.call_record import (
     MAX_JSON_DEPTH,
-    MAX_REQUEST_STRUCTURES,
-    OFF_LOOP_BYTES,
     CallRecord,
     off_loop_if_large,
     request_problem,
-    structure_problem,
     too_deep,
     unstorable,
 )
 from agl.server.proxy import LLMProxy, openai_error
 from agl.server.relay import RelayResponse, error_message
+from agl.server.request_cost import MAX_REQUEST_STRUCTURES, OFF_LOOP_BYTES, structure_problem
 
 log = logging.getLogger(__name__)
 TRANSLATION_FAILED = "translation_failed"  # the error code of an answer that could not be translated back
