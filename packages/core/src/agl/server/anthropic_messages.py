@@ -20,7 +20,6 @@ shown it either).
 from __future__ import annotations
 
 import json
-import math
 import uuid
 from collections.abc import Iterator
 from typing import Any
@@ -28,6 +27,7 @@ from typing import Any
 import orjson
 
 from agl.server.call_record import too_deep
+from agl.server.chat_answers import first_choice, obj, usage_tokens
 
 
 class MessagesRequestError(ValueError):
@@ -183,29 +183,6 @@ def to_chat(body: dict[str, Any]) -> dict[str, Any]:
     return chat
 
 
-def _obj(value: Any) -> dict[str, Any]:
-    """`value` where it is an object, else an empty one: an upstream's answer is read without trusting its shape."""
-    return value if isinstance(value, dict) else {}
-
-
-def _first_choice(answer: dict[str, Any]) -> dict[str, Any]:
-    """The answer's (or chunk's) choice 0, as the proxy records it; {} where it has none."""
-    choices = answer.get("choices")
-    return (
-        next((c for c in choices if isinstance(c, dict) and c.get("index", 0) == 0), {})
-        if isinstance(choices, list)
-        else {}
-    )
-
-
-def tokens(usage: Any, key: str) -> int:
-    """A token count of a chat answer's usage; 0 where the backend gave none or no number (`null`, a string)."""
-    value = usage.get(key) if isinstance(usage, dict) else None
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value < 0:
-        return 0
-    return int(value)
-
-
 def read_tool_input(arguments: Any) -> dict[str, Any] | None:
     """A chat tool call's arguments as a tool_use block's input; None where they cannot be given to the agent whole
     (not JSON, or nested deeper than MAX_INPUT_DEPTH)."""
@@ -242,21 +219,24 @@ def _message(request: dict[str, Any], model: Any, content: list[dict[str, Any]],
         "content": content,
         "stop_reason": None,
         "stop_sequence": None,
-        "usage": {"input_tokens": tokens(usage, "prompt_tokens"), "output_tokens": tokens(usage, "completion_tokens")},
+        "usage": {
+            "input_tokens": usage_tokens(usage, "prompt_tokens"),
+            "output_tokens": usage_tokens(usage, "completion_tokens"),
+        },
     }
 
 
 def from_chat(answer: dict[str, Any], request: dict[str, Any]) -> dict[str, Any]:
     """The Messages object of a chat-completions answer to the request `to_chat` made of `request`."""
-    choice = _first_choice(answer)
-    message = _obj(choice.get("message"))
+    choice = first_choice(answer)
+    message = obj(choice.get("message"))
     content: list[dict[str, Any]] = []
     if isinstance(message.get("content"), str) and message["content"]:
         content.append({"type": "text", "text": message["content"]})
     calls = message.get("tool_calls")
     for call in calls if isinstance(calls, list) else []:
-        call = _obj(call)
-        fn = _obj(call.get("function"))
+        call = obj(call)
+        fn = obj(call.get("function"))
         content.append(
             {
                 "type": "tool_use",
@@ -330,10 +310,10 @@ class MessagesStream:
             out.append(_event("message_start", message={**self.message, "content": []}))
         if isinstance(chunk.get("usage"), dict):
             self._usage = chunk["usage"]
-        choice = _first_choice(chunk)
+        choice = first_choice(chunk)
         if not choice:
             return out
-        delta = _obj(choice.get("delta"))
+        delta = obj(choice.get("delta"))
         text = delta.get("content")
         if isinstance(text, str) and text:
             if self._open is None or self.message["content"][self._open]["type"] != "text":
@@ -360,7 +340,7 @@ class MessagesStream:
 
     def _tool_delta(self, call: dict[str, Any]) -> list[bytes]:
         out: list[bytes] = []
-        fn = _obj(call.get("function"))
+        fn = obj(call.get("function"))
         key = call.get("index", 0)
         if key not in self._tools:
             block = {"type": "tool_use", "id": str(call.get("id") or _new_id("toolu")), "name": "", "input": {}}
@@ -417,9 +397,9 @@ class MessagesStream:
         self.finished = True
         stop_reason, stop_sequence = _stop(self._finish, self._vllm_stop, self.request)
         usage = self.message["usage"]
-        if tokens(self._usage, "prompt_tokens"):
-            usage["input_tokens"] = tokens(self._usage, "prompt_tokens")
-        usage["output_tokens"] = tokens(self._usage, "completion_tokens")
+        if usage_tokens(self._usage, "prompt_tokens"):
+            usage["input_tokens"] = usage_tokens(self._usage, "prompt_tokens")
+        usage["output_tokens"] = usage_tokens(self._usage, "completion_tokens")
         self.message["stop_reason"], self.message["stop_sequence"] = stop_reason, stop_sequence
         if self._unreadable and stop_reason != "max_tokens":  # a cut answer's partial JSON is rebuilt partially
             self.unreceived = "a tool's arguments streamed as JSON no client can rebuild (not JSON, or too deep)"

@@ -27,6 +27,8 @@ from typing import Any
 
 import orjson
 
+from agl.server.chat_answers import first_choice, obj, usage_tokens
+
 
 class ResponsesRequestError(ValueError):
     """A Responses request the proxy cannot translate; the message says what and why."""
@@ -154,29 +156,6 @@ def to_chat(body: dict[str, Any]) -> dict[str, Any]:
     return chat
 
 
-def _obj(value: Any) -> dict[str, Any]:
-    """`value` where it is an object, else an empty one: an upstream's answer is read without trusting its shape."""
-    return value if isinstance(value, dict) else {}
-
-
-def _first_choice(answer: dict[str, Any]) -> dict[str, Any]:
-    """The answer's (or chunk's) choice 0, as the proxy records it; {} where it has none."""
-    choices = answer.get("choices")
-    return (
-        next((c for c in choices if isinstance(c, dict) and c.get("index", 0) == 0), {})
-        if isinstance(choices, list)
-        else {}
-    )
-
-
-def _tokens(usage: Any, key: str) -> int:
-    """A token count of a chat answer's usage; 0 where the backend gave none or no number (`null`, a string)."""
-    value = usage.get(key) if isinstance(usage, dict) else None
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value < 0:
-        return 0
-    return int(value)
-
-
 def _created(value: Any) -> float:
     """The answer's creation time; now, where the backend gave none or no number."""
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value <= 0:
@@ -207,8 +186,8 @@ def _output_items(message: dict[str, Any]) -> list[dict[str, Any]]:
         items.append(_message_item(content))
     calls = message.get("tool_calls")
     for call in calls if isinstance(calls, list) else []:
-        call = _obj(call)
-        fn = _obj(call.get("function"))
+        call = obj(call)
+        fn = obj(call.get("function"))
         items.append(_call_item(call.get("id"), fn.get("name"), fn.get("arguments")))
     return items
 
@@ -216,7 +195,7 @@ def _output_items(message: dict[str, Any]) -> list[dict[str, Any]]:
 def _response(
     request: dict[str, Any], model: Any, created: Any, output: list[dict[str, Any]], usage: Any, cut: bool
 ) -> dict[str, Any]:
-    prompt_tokens, completion_tokens = _tokens(usage, "prompt_tokens"), _tokens(usage, "completion_tokens")
+    prompt_tokens, completion_tokens = usage_tokens(usage, "prompt_tokens"), usage_tokens(usage, "completion_tokens")
     return {
         "id": _new_id("resp"),
         "object": "response",
@@ -247,8 +226,8 @@ def _response(
 
 def from_chat(answer: dict[str, Any], request: dict[str, Any]) -> dict[str, Any]:
     """The Responses object of a chat-completions answer to the request `to_chat` made of `request`."""
-    choice = _first_choice(answer)
-    message = _obj(choice.get("message"))
+    choice = first_choice(answer)
+    message = obj(choice.get("message"))
     cut = choice.get("finish_reason") == "length"
     return _response(
         request, answer.get("model"), answer.get("created"), _output_items(message), answer.get("usage"), cut
@@ -340,10 +319,10 @@ class ResponsesStream:
             ]
         if isinstance(chunk.get("usage"), dict):
             self._usage = chunk["usage"]
-        choice = _first_choice(chunk)
+        choice = first_choice(chunk)
         if not choice:
             return out
-        delta = _obj(choice.get("delta"))
+        delta = obj(choice.get("delta"))
         text = delta.get("content")
         if isinstance(text, str) and text:
             if self._open is None or self._output[self._open]["type"] != "message":
@@ -357,7 +336,7 @@ class ResponsesStream:
         for call in calls if isinstance(calls, list) else []:
             if not isinstance(call, dict):
                 continue
-            fn = _obj(call.get("function"))
+            fn = obj(call.get("function"))
             key = call.get("index", 0)
             if key not in self._tools:
                 out += self._start(_call_item(call.get("id"), fn.get("name"), "", "in_progress"))
