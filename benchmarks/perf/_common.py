@@ -111,6 +111,14 @@ def cpu_clock(pid: int) -> Callable[[], float]:
     return from_proc
 
 
+def status_mb(pid: int, key: str = "VmRSS:") -> float:
+    """A memory figure of process `pid` from /proc/PID/status (`VmRSS:` now, `VmHWM:` its peak), in MB."""
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith(key):
+            return int(line.split()[1]) / 1024
+    return float("nan")
+
+
 class Server:
     """An `agl serve` process started by `serve()`: its URL, address, CPU time and peak RSS."""
 
@@ -121,10 +129,7 @@ class Server:
         self.cpu_s = cpu_clock(proc.pid)  # the server process's CPU seconds so far (user + system)
 
     def peak_rss_mb(self) -> float:
-        for line in Path(f"/proc/{self.proc.pid}/status").read_text().splitlines():
-            if line.startswith("VmHWM:"):
-                return int(line.split()[1]) / 1024
-        return float("nan")
+        return status_mb(self.proc.pid, "VmHWM:")
 
 
 @contextmanager

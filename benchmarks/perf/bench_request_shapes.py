@@ -23,11 +23,10 @@ import threading
 import time
 from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
-from pathlib import Path
 
 import httpx
 import orjson
-from _common import claim_attempt, percentile, scripted_upstream, serve
+from _common import claim_attempt, percentile, scripted_upstream, serve, status_mb
 
 CONCURRENT = 6
 
@@ -59,13 +58,6 @@ def long_conversation(turns: int = 2_000) -> bytes:
         for t in range(200)
     ]
     return orjson.dumps({"model": "m", "max_tokens": 1, "messages": messages, "tools": tools})
-
-
-def rss_mb(pid: int, key: str) -> float:
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith(key):
-            return int(line.split()[1]) / 1024
-    return float("nan")
 
 
 _PROBE = """
@@ -107,13 +99,13 @@ class HealthProbe:
 def round_of(server_url: str, pid: int, name: str, body: bytes) -> dict[str, object]:
     urls = [f"{claim_attempt(server_url)}/chat/completions" for _ in range(CONCURRENT)]
     time.sleep(0.5)
-    before = rss_mb(pid, "VmRSS:")
+    before = status_mb(pid)
     peak = [before]
     stop = threading.Event()
 
     def watch() -> None:
         while not stop.wait(0.01):
-            peak[0] = max(peak[0], rss_mb(pid, "VmRSS:"))
+            peak[0] = max(peak[0], status_mb(pid))
 
     def send(url: str) -> str:
         try:

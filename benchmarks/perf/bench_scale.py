@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import os
 import signal
 import subprocess
 import sys
@@ -29,7 +28,7 @@ from typing import Any
 
 import httpx
 import orjson
-from _common import median, report, upstream_and_server
+from _common import cpu_clock, median, report, status_mb, upstream_and_server
 from _loadgen import run_round
 from bench_proxy import BODY, bare_proxy_process
 
@@ -37,20 +36,6 @@ from agl.common.processes import read_ready_line
 
 CONCURRENCIES = (16, 64, 256, 1024)
 TARGET_RATIO_256 = 0.6
-TICK = os.sysconf("SC_CLK_TCK")
-
-
-def cpu_s(pid: int) -> float:
-    """User + system seconds of a process so far (/proc/PID/stat fields 14 and 15)."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / TICK
-
-
-def rss_mb(pid: int) -> float:
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith("VmRSS:"):
-            return int(line.split()[1]) / 1024
-    return 0.0
 
 
 async def one_concurrency(
@@ -58,6 +43,7 @@ async def one_concurrency(
 ) -> dict[str, float]:
     """Rounds of `n` calls over `concurrency` connections, the bare proxy's (its URL and pid) and agl's alternating."""
     bare_url, bare_pid = bare
+    bare_cpu_s, server_cpu_s = cpu_clock(bare_pid), cpu_clock(pid)
     direct_body = orjson.dumps({**BODY, "return_token_ids": True, "logprobs": True})
     proxy_body = orjson.dumps(BODY)
     await run_round(bare_url, direct_body, min(n, 4 * concurrency), concurrency)  # warm both
@@ -66,14 +52,14 @@ async def one_concurrency(
     elapsed = {"bare": 0.0, "proxy": 0.0}
     server_cpu = bare_cpu = 0.0
     for _ in range(rounds):
-        before = cpu_s(bare_pid)
+        before = bare_cpu_s()
         latencies, dt = await run_round(bare_url, direct_body, n, concurrency)
-        bare_cpu += cpu_s(bare_pid) - before
+        bare_cpu += bare_cpu_s() - before
         lat["bare"] += latencies
         elapsed["bare"] += dt
-        before = cpu_s(pid)
+        before = server_cpu_s()
         latencies, dt = await run_round(proxy_url, proxy_body, n, concurrency)
-        server_cpu += cpu_s(pid) - before
+        server_cpu += server_cpu_s() - before
         lat["proxy"] += latencies
         elapsed["proxy"] += dt
     total = n * rounds
@@ -86,7 +72,7 @@ async def one_concurrency(
         "added p50 ms": (median(lat["proxy"]) - median(lat["bare"])) * 1e3,
         "server CPU ms per call": server_cpu / total * 1e3,
         "bare proxy CPU ms per call": bare_cpu / total * 1e3,
-        "server RSS MB": rss_mb(pid),
+        "server RSS MB": status_mb(pid),
     }
 
 
