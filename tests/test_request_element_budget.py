@@ -139,3 +139,42 @@ def test_the_server_refuses_them_with_a_400_and_a_413(server: ServerProcess) -> 
     raw = orjson.dumps(body).replace(b'"name"', b'"attributes":{' + b",".join([b'"a":1'] * 10_000) + b'},"name"')
     resp = httpx.post(f"{server.url}{API}/spans", content=raw, headers={"content-type": "application/json"})
     assert resp.status_code == 413 and "duplicate keys count" in resp.text, resp.text
+
+
+def test_large_bodies_are_checked_one_at_a_time_on_one_thread_and_deep_ones_still_refused() -> None:
+    """Six large bodies parsed at once share one lane (`request_cost.heavy_lane`): more threads at work that holds
+    the interpreter lock ran no faster and kept the event loop waiting for it; the parse skips writing a body that
+    opens too few objects to nest too deep, and still refuses one that nests too deep."""
+    import asyncio
+    import threading
+
+    from agl.server.call_record import off_loop_if_large
+
+    running, peak, names = 0, 0, set()
+    guard = threading.Lock()
+
+    def parse(raw: bytes) -> dict[str, object] | str:
+        nonlocal running, peak
+        with guard:
+            running += 1
+            peak = max(peak, running)
+            names.add(threading.current_thread().name)
+        time.sleep(0.05)  # the lock-holding work of a real parse, without the lock
+        with guard:
+            running -= 1
+        return parse_chat(raw)
+
+    text = "a, b: c " * 40_000  # 320 KB: over the size parsed off the loop
+    shallow = orjson.dumps({"model": "m", "messages": [{"role": "user", "content": text}]})
+
+    async def six() -> list[dict[str, object] | str]:
+        return await asyncio.gather(*(off_loop_if_large(parse, shallow) for _ in range(6)))
+
+    answers = asyncio.run(six())
+    assert all(isinstance(a, dict) and a["messages"][0]["content"] == text for a in answers)  # type: ignore[index]
+    assert peak == 1 and len(names) == 1 and next(iter(names)).startswith("agl-heavy"), (peak, names)
+
+    deep = b'{"model":"m","messages":[{"role":"user","content":"' + text.encode() + b'","x":'
+    deep += b"[" * 300 + b"]" * 300 + b"}]}"
+    problem = parse_chat(deep)
+    assert isinstance(problem, str) and "too deep" in problem, problem

@@ -9,7 +9,6 @@ store keeps, with the reason it cannot be trained on, if any.
 
 from __future__ import annotations
 
-import asyncio
 import time
 from collections.abc import Callable
 from typing import Any, TypeVar
@@ -19,7 +18,13 @@ import orjson
 
 from agl.common import attributes as attr
 from agl.schema import Attribution, LLMCall
-from agl.server.request_cost import MAX_REQUEST_STRUCTURES, OFF_LOOP_BYTES, structure_problem
+from agl.server.request_cost import (
+    MAX_REQUEST_STRUCTURES,
+    OFF_LOOP_BYTES,
+    count_structures,
+    heavy_lane,
+    structure_problem,
+)
 from agl.store import new_id
 
 # Sampling parameters that change the distribution a response is drawn from beyond the temperature, with the
@@ -334,16 +339,21 @@ def unstorable(body: Any) -> str | None:
     return None
 
 
-def request_problem(body: Any, *, large: bool = False) -> str | None:
+def depth_problem(body: Any, *, large: bool) -> str | None:
+    if large:
+        return unstorable(body)
+    return f"request body nests lists and objects more than {MAX_JSON_DEPTH} levels deep" if too_deep(body) else None
+
+
+def request_problem(body: Any, *, large: bool = False, shallow: bool = False) -> str | None:
     """Why a chat request cannot be forwarded and recorded faithfully, or None. Checked before anything is
     sent: a request the store could not record must be refused, not answered and then lost. `large`: a body over
-    OFF_LOOP_BYTES, whose depth is checked by writing it (`unstorable`) rather than by a walk in Python."""
+    OFF_LOOP_BYTES, whose depth is checked by writing it (`unstorable`) rather than by a walk in Python; `shallow`:
+    one known to open too few objects and lists to nest too deep (`request_cost.count_structures`), not checked."""
     if not isinstance(body, dict):
         return "request body must be a JSON object"
-    if large and (deep := unstorable(body)) is not None:
+    if not shallow and (deep := depth_problem(body, large=large)) is not None:
         return deep
-    if not large and too_deep(body):
-        return f"request body nests lists and objects more than {MAX_JSON_DEPTH} levels deep"
     messages = body.get("messages")
     if not isinstance(messages, list):
         return "request body must be a JSON object with a 'messages' list"
@@ -503,19 +513,24 @@ T = TypeVar("T")
 async def off_loop_if_large(parse: Callable[[bytes], T], raw: bytes) -> T:
     """`parse(raw)`, on a worker thread when `raw` is large enough to stall the event loop (OFF_LOOP_BYTES)."""
     if len(raw) > OFF_LOOP_BYTES:
-        return await asyncio.to_thread(parse, raw)
+        return await heavy_lane(parse, raw)
     return parse(raw)
 
 
 def parse_chat(raw: bytes, max_structures: int = MAX_REQUEST_STRUCTURES) -> dict[str, Any] | str:
     """A chat-completions request body, parsed and checked: the body, or why it is refused (a 400)."""
-    if (dense := structure_problem(raw, max_structures)) is not None:
+    large = len(raw) > OFF_LOOP_BYTES
+    opened = count_structures(raw) if large else None
+    if (dense := structure_problem(raw, max_structures, opened=opened)) is not None:
         return dense
     try:
         body = orjson.loads(raw)
     except orjson.JSONDecodeError as exc:
         return f"request body is not valid JSON: {exc}"
-    problem = request_problem(body, large=len(raw) > OFF_LOOP_BYTES)
+    # a large body's depth is found by writing it, which held the interpreter lock ~17 ms per 30 MB: not done for
+    # one that opens too few objects and lists to nest too deep
+    shallow = opened is not None and opened <= MAX_JSON_DEPTH
+    problem = request_problem(body, large=large, shallow=shallow)
     return problem if problem is not None else body
 
 

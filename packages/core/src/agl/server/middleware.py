@@ -6,15 +6,16 @@ the proxy's added latency stays small.
 
 from __future__ import annotations
 
-import asyncio
 import hashlib
 import hmac
 from collections.abc import Callable
+from functools import partial
 from typing import Any
 from urllib.parse import parse_qs, urlencode
 
 from agl.protocol import error_bytes
 from agl.server.credentials import LLM_PREFIX, PREFIX, attempt_may, attempt_of, llm_attempt_of, llm_may
+from agl.server.request_cost import heavy_lane
 from agl.server.span_caps import LOCKED_WALK_BYTES, TooManySpans, check_json_containers
 
 Scope = dict[str, Any]
@@ -235,7 +236,7 @@ class SpanBodyGuard:
                     " in smaller batches (agl serve --max-spans-per-request)"
                 )
             if len(body) > LOCKED_WALK_BYTES:  # its count may walk the body string by string: not on the loop
-                await asyncio.to_thread(check_json_containers, body, named, what="this spans body")
+                await heavy_lane(partial(check_json_containers, body, named, what="this spans body"))
             else:
                 check_json_containers(body, named, what="this spans body")
         except TooManySpans as exc:

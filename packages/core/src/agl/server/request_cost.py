@@ -3,7 +3,17 @@ the counts of structures and elements, made in its bytes, past which it is refus
 
 from __future__ import annotations
 
+import asyncio
+import contextvars
+import threading
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from functools import partial
+from typing import Any, TypeVar
+
 from agl.server.span_caps import count_bytes, count_elements
+
+T = TypeVar("T")
 
 # A request body (or an upstream's answer) this large is parsed and checked on a worker thread: walking a 12 MB
 # body took the event loop 11 s, and every other request waited; a smaller one stays inline, where parsing costs
@@ -31,15 +41,21 @@ ELEMENTS_PER_STRUCTURE = 8
 MAX_REQUEST_ELEMENTS = ELEMENTS_PER_STRUCTURE * MAX_REQUEST_STRUCTURES
 
 
+def count_structures(raw: bytes) -> int:
+    """How many JSON objects and lists `raw` opens, at most: its `{` and `[`, inside strings too."""
+    return count_bytes(raw, b"{[")
+
+
 def structure_problem(
-    raw: bytes, max_structures: int = MAX_REQUEST_STRUCTURES, max_elements: int | None = None
+    raw: bytes, max_structures: int = MAX_REQUEST_STRUCTURES, max_elements: int | None = None, opened: int | None = None
 ) -> str | None:
     """Why a large body is refused before it is parsed: far more objects and lists, or elements (strings, numbers,
     keys: `count_elements`), than any request holds. `max_elements` defaults to ELEMENTS_PER_STRUCTURE ×
-    `max_structures` (so `agl serve --max-request-structures` moves both)."""
+    `max_structures` (so `agl serve --max-request-structures` moves both); `opened`: `count_structures(raw)`, when
+    the caller has counted it already."""
     if len(raw) <= OFF_LOOP_BYTES:
         return None  # at most ~128k elements fit in it: under the budget
-    opened = count_bytes(raw, b"{[")
+    opened = count_structures(raw) if opened is None else opened
     if opened > len(raw) // BYTES_PER_STRUCTURE:
         return (
             f"request body opens {opened} JSON objects and lists in {len(raw)} bytes (at most one per"
@@ -59,3 +75,21 @@ def structure_problem(
             " --max-request-structures)"
         )
     return None
+
+
+# Large bodies are checked, parsed and translated one at a time, on one thread. That work holds the interpreter lock
+# (orjson, bytes.count), so two threads at it run no faster than one; but each extra thread is one more contender
+# the event loop must win the lock back from after every poll, and six 30 MB bodies on six threads held health's
+# p99 near 160 ms. In one lane the loop contends with a single thread.
+_lane: ThreadPoolExecutor | None = None
+_lane_made = threading.Lock()
+
+
+async def heavy_lane(work: Callable[..., T], *args: Any) -> T:
+    """`work(*args)` on the one thread that does a large body's CPU work (see above), in this context."""
+    global _lane
+    with _lane_made:
+        if _lane is None:
+            _lane = ThreadPoolExecutor(max_workers=1, thread_name_prefix="agl-heavy")
+    call = partial(contextvars.copy_context().run, work, *args)
+    return await asyncio.get_running_loop().run_in_executor(_lane, call)

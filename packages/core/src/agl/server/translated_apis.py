@@ -26,14 +26,19 @@ from agl.server import responses as responses_api
 from agl.server.call_record import (
     MAX_JSON_DEPTH,
     CallRecord,
+    depth_problem,
     off_loop_if_large,
     request_problem,
-    too_deep,
-    unstorable,
 )
 from agl.server.proxy import LLMProxy, openai_error
 from agl.server.relay import RelayResponse, error_message
-from agl.server.request_cost import MAX_REQUEST_STRUCTURES, OFF_LOOP_BYTES, structure_problem
+from agl.server.request_cost import (
+    MAX_REQUEST_STRUCTURES,
+    OFF_LOOP_BYTES,
+    count_structures,
+    heavy_lane,
+    structure_problem,
+)
 
 log = logging.getLogger(__name__)
 TRANSLATION_FAILED = "translation_failed"  # the error code of an answer that could not be translated back
@@ -42,7 +47,9 @@ TRANSLATION_FAILED = "translation_failed"  # the error code of an answer that co
 def parsed_object(raw: bytes, max_structures: int) -> dict[str, Any] | str:
     """A translated API's request body, parsed and checked before its translation (the answer echoes parts of the
     request): the object, or why it is refused."""
-    if (dense := structure_problem(raw, max_structures)) is not None:
+    large = len(raw) > OFF_LOOP_BYTES
+    opened = count_structures(raw) if large else None
+    if (dense := structure_problem(raw, max_structures, opened=opened)) is not None:
         return dense
     try:
         body = orjson.loads(raw)
@@ -50,11 +57,9 @@ def parsed_object(raw: bytes, max_structures: int) -> dict[str, Any] | str:
         return f"request body is not valid JSON: {exc}"
     if not isinstance(body, dict):
         return "the request body must be a JSON object"
-    if len(raw) > OFF_LOOP_BYTES and (deep := unstorable(body)) is not None:
-        return deep
-    if len(raw) <= OFF_LOOP_BYTES and too_deep(body):
-        return f"request body nests lists and objects more than {MAX_JSON_DEPTH} levels deep"
-    return body
+    if opened is not None and opened <= MAX_JSON_DEPTH:  # too few objects and lists to nest too deep
+        return body
+    return depth_problem(body, large=large) or body
 
 
 def untranslatable(exc: Exception) -> str:
@@ -275,7 +280,7 @@ async def _translated_stream(
                 try:
                     translate = partial(_events_of, translator, whole)
                     if len(whole) + translator.held_bytes > OFF_LOOP_BYTES:  # a large event, or a block's end
-                        out = await asyncio.to_thread(translate)
+                        out = await heavy_lane(translate)
                     else:
                         out = translate()
                 except Exception as exc:
