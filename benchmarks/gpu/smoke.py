@@ -1,6 +1,9 @@
 """Helpers of benchmarks/gpu/smoke.sh (`report` needs only the standard library; `info` and `eval-tasks` import agl).
 
-python3 smoke.py info                       the GPU as torch sees it; imports what agl needs at run time
+python3 smoke.py info [DEVICE]              the GPU as torch sees it; imports what agl needs at run time;
+                                            exit 1 when DEVICE is cuda* and torch sees no CUDA device
+python3 smoke.py model OUT                  a model of SmolLM2-135M-Instruct's shape with random weights, from
+                                            the config and tokenizer of the GPU bundle's agl-smollm2-shape
 python3 smoke.py eval-tasks N OUT.jsonl     the calculator example's first N held-out tasks, as JSONL
 python3 smoke.py report RUN_DIR STEPS [SMI_CSV]
                                             the run's metrics per step; exit 1 unless steps 0..STEPS-1 all
@@ -35,7 +38,13 @@ RUNTIME_MODULES = {  # module: the distribution whose version is shown (None: sh
 }
 
 
-def info() -> int:
+# the package of the GPU bundle with the bundled model's config and tokenizer, no weights (benchmarks/gpu/bundle.py)
+SHAPE_PACKAGE = "agl_smollm2_shape"
+# what the model folder takes from it besides config.json (the weights are made here; generation_config comes with them)
+TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "chat_template.jinja", "special_tokens_map.json")
+
+
+def info(device: str = "cuda") -> int:
     import importlib
     from importlib import metadata
 
@@ -62,6 +71,43 @@ def info() -> int:
     for i in range(torch.cuda.device_count()):
         props = torch.cuda.get_device_properties(i)
         print(f"cuda:{i} {torch.cuda.get_device_name(i)}, {props.total_memory / 2**30:.1f} GiB")
+    if device.startswith("cuda") and not torch.cuda.is_available():
+        print(f"FAIL: the device is {device} and torch sees no CUDA device (AGL_SMOKE_DEVICE=cpu for a CPU run)")
+        return 1
+    return 0
+
+
+def build_model(out: str, seed: int = 0) -> int:
+    """SmolLM2-135M-Instruct's architecture, tokenizer and chat template with randomly initialised weights (fp32,
+    safetensors), for a machine that has the GPU bundle but not the model's 93 MB GGUF: every code path and every
+    memory figure of the real model, none of its answers (verl_update.py caps each sample of a group at a different
+    length, so that a model that never stops still gives the group rewards that differ)."""
+    import importlib.util
+    import shutil
+    import time
+
+    import torch
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    spec = importlib.util.find_spec(SHAPE_PACKAGE)
+    if spec is None or spec.origin is None:
+        print(f"{SHAPE_PACKAGE} is not installed: it comes with the GPU bundle (benchmarks/gpu/bundle.py)")
+        return 1
+    source = Path(spec.origin).parent / "model"
+    t0 = time.perf_counter()
+    config = AutoConfig.from_pretrained(source)
+    torch.manual_seed(seed)
+    model = AutoModelForCausalLM.from_config(config).float()
+    target = Path(out)
+    model.save_pretrained(target, safe_serialization=True)
+    for name in TOKENIZER_FILES:
+        if (source / name).is_file():
+            shutil.copyfile(source / name, target / name)
+    count = sum(p.numel() for p in model.parameters())
+    print(
+        f"{config.model_type} of {count / 1e6:.1f} M parameters, random weights, in {target} "
+        f"({time.perf_counter() - t0:.1f} s)"
+    )
     return 0
 
 
@@ -139,8 +185,10 @@ def report(run_dir: str, steps: int, smi_csv: str | None = None) -> int:
 
 
 def main(argv: list[str]) -> int:
-    if argv[:1] == ["info"]:
-        return info()
+    if argv[:1] == ["info"] and len(argv) in (1, 2):
+        return info(*argv[1:])
+    if argv[:1] == ["model"] and len(argv) == 2:
+        return build_model(argv[1])
     if argv[:1] == ["eval-tasks"] and len(argv) == 3:
         return eval_tasks(int(argv[1]), argv[2])
     if argv[:1] == ["report"] and len(argv) in (3, 4):

@@ -12,7 +12,10 @@ tokens this update really put in one micro-batch.
 
 The reward is the calculator example's, shaped so that a smoke run always has something to learn from (a 135 M
 model often gets every answer of a task equally wrong, which gives no advantage at all): 1 for the right number,
-0.2 for a well-formed tool call, less 0.001 per response token.
+0.2 for a well-formed tool call, less 0.001 per response token; and the samples of a group are capped at lengths
+that differ by a token each (--max-tokens, one less, ...), so that a model that never stops early (the randomly
+initialised one smoke.sh builds where the bundled model's weights are not installed) still gives its group rewards
+that differ.
 
     python benchmarks/gpu/verl_update.py [--device cuda|cpu] [--steps 2] [--tasks 4] [--group 4]
                                          [--max-tokens 48] [--model bundled] [--json OUT]
@@ -142,7 +145,10 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                 prompt_ids = list(tokenizer(prompt, add_special_tokens=False).input_ids)
                 requests = [
                     GenerationRequest(
-                        prompt_ids, max_tokens=args.max_tokens, temperature=0.7, seed=1000 * step + 10 * k + i
+                        prompt_ids,
+                        max_tokens=max(1, args.max_tokens - i),
+                        temperature=0.7,
+                        seed=1000 * step + 10 * k + i,
                     )
                     for i in range(args.group)
                 ]
