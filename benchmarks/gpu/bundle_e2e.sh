@@ -2,8 +2,9 @@
 # The GPU bundle end to end on this CPU machine, as close to the lent GPU machine as it allows: a Python 3.12
 # virtual environment with that machine's torch (2.11.0: PyPI's build, for CUDA 13, which also runs on a CPU),
 # transformers 5.17.0, peft 0.21.0 and the other packages of the machine that the run touches, and none of what
-# the bundle brings; then the bundle built (benchmarks/gpu/bundle.py), installed from its parts
-# (install_bundle.sh, no index) and smoke.sh's verl-update stage run with it on the CPU.
+# the bundle brings; then the bundle built (benchmarks/gpu/bundle.py), installed from its tar
+# (install_bundle.sh, no index) and smoke.sh's verl-update stage run with it on the CPU, with a model of the bundled
+# model's shape and random weights built from the bundle (no GGUF there), as on the GPU machine.
 #
 #   bash benchmarks/gpu/bundle_e2e.sh
 #
@@ -55,9 +56,9 @@ if [[ ! -f "$BUNDLE/manifest.json" ]]; then
 fi
 python3 "$HERE/bundle.py" check --out "$BUNDLE"
 
-say "smoke.sh's verl-update stage on the CPU, the bundle installed from its parts"
+say "smoke.sh's verl-update stage on the CPU, the bundle installed from its tar"
 rc=0
-AGL_SMOKE_STAGES=verl-update AGL_SMOKE_DEVICE=cpu AGL_SMOKE_PYTHON="$VENV/bin/python" AGL_SMOKE_BUNDLE="$BUNDLE" \
+RAY_memory_monitor_refresh_ms=0 AGL_SMOKE_STAGES=verl-update AGL_SMOKE_DEVICE=cpu AGL_SMOKE_PYTHON="$VENV/bin/python" AGL_SMOKE_BUNDLE="$BUNDLE" \
     AGL_SMOKE_BUNDLE_TARGET="$TMP/site" bash "$ROOT/benchmarks/gpu/smoke.sh" || rc=$?
 say "done: smoke.sh exited with $rc"
 rm -rf "$TMP"
