@@ -58,8 +58,8 @@ python3 "$HERE/bundle.py" check --out "$BUNDLE"
 
 say "smoke.sh's verl-update stage on the CPU, the bundle installed from its tar"
 rc=0
-RAY_memory_monitor_refresh_ms=0 AGL_SMOKE_STAGES=verl-update AGL_SMOKE_DEVICE=cpu AGL_SMOKE_PYTHON="$VENV/bin/python" AGL_SMOKE_BUNDLE="$BUNDLE" \
-    AGL_SMOKE_BUNDLE_TARGET="$TMP/site" bash "$ROOT/benchmarks/gpu/smoke.sh" || rc=$?
+RAY_memory_monitor_refresh_ms=0 AGL_SMOKE_STAGES=verl-update AGL_SMOKE_DEVICE=cpu AGL_SMOKE_PYTHON="$VENV/bin/python" \
+    AGL_SMOKE_BUNDLE="$BUNDLE" AGL_SMOKE_BUNDLE_TARGET="$TMP/site" bash "$ROOT/benchmarks/gpu/smoke.sh" || rc=$?
 say "done: smoke.sh exited with $rc"
 rm -rf "$TMP"
 exit "$rc"

@@ -240,7 +240,8 @@ else
     tail -n 1 <<<"$VLLM_OUT"
     tail -n 1 <<<"$VERL_OUT"
     timeout --kill-after=15 "$VERL_TIMEOUT" "${AGL[@]}" train --example calculator --trainer verl --engine vllm \
-        --model "$MODEL" --vllm-python "$VLLM_PY" --steps 1 --tasks-per-step "$TASKS" --group-size "$GROUP" --eval-every 1 \
+        --model "$MODEL" --vllm-python "$VLLM_PY" --steps 1 --tasks-per-step "$TASKS" --group-size "$GROUP" \
+        --eval-every 1 \
         --eval-tasks "$TMP/eval.jsonl" --device "$DEVICE" --run-dir "$TMP/run-verl" || verl_rc=$?
     echo "verl run exited with $verl_rc"
     "$PY" "$HERE/smoke.py" report "$TMP/run-verl" 1 || verl_rc=1
