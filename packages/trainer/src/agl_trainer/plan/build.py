@@ -6,7 +6,8 @@ The plan is one JSON object:
 - `placement`: the layout (colocated or split, and why) and the trainer's GPUs on each node;
 - `vllm`: each server's exact command line (`argv`) and the environment variables agl sets (`env`);
 - `verl`: the profile, agl's settings and the whole config handed to verl, validated by verl's dataclasses;
-- `memory`: per GPU, each part of the update, each phase's total, `peak_gib_per_gpu` and `fits`;
+- `memory`: per GPU, each part of the update, each phase's total, `peak_gib_per_gpu` and `fits`, the headroom
+  kept below the usable memory (`headroom_gib`, and why) and what the estimated phases may fill (`fill_limit_gib`);
 - `warnings`: each with what to change; `fits` false comes with the knob that would make it fit (`refusal`).
 
 A real run on CUDA writes the same object to `<run_dir>/plan.json` before it starts anything.
@@ -24,13 +25,21 @@ from typing import Any
 from agl_trainer.config import TrainConfig
 from agl_trainer.model_shape import ModelShape, read_shape
 from agl_trainer.plan.hardware import Hardware
-from agl_trainer.plan.layout import Layout, choose_layout
+from agl_trainer.plan.layout import Layout, choose_layout, trainer_placement
 from agl_trainer.plan.memory import CUDA_CONTEXT_GIB, VLLM_ASLEEP_GIB, UpdateSetup, logit_bytes, update_memory
 from agl_trainer.plan.tool_parsers import tool_parser
 
-HEADROOM = 0.92  # of a GPU's memory a plan may use: the rest absorbs what the estimate does not model
+USABLE_FRACTION = 0.92  # of a GPU's memory a plan may use: the rest absorbs what the estimate does not model
+# kept free below that, on top, until the estimate is measured on a GPU; vLLM's own share is not an estimate
+# (vLLM sizes its KV cache to fit it), so the phases it fills are held to the usable memory alone
+DEFAULT_HEADROOM_GIB = 3.0
+HEADROOM_WHY = (
+    "the update's estimate has been checked only against verl's worker on a CPU, in fp32 and without flash-attn; "
+    "bf16, flash-attn's kernels and the CUDA allocator only a GPU measurement can confirm"
+)
 MAX_TOKEN_BUDGET = 65_536
 BUDGET_STEP = 4096  # the token budgets a plan tries (verl's own recipes use 16k-32k per GPU, e.g. 24k)
+ACROSS_NODES = "--verl-set actor.fsdp_config.fsdp_size=-1"
 FLASH_ATTN_HINT = (
     "make gpu (.venv-gpu: torch 2.11 with the prebuilt flash-attn wheel verl pairs with it; see Running on GPUs): "
     "remove-padding then packs sequences without pad tokens"
@@ -44,6 +53,48 @@ class PlanRequest:
     rollout_gpus: int | None = None
     verl_overrides: dict[str, Any] = dataclasses.field(default_factory=dict)
     flash_attention: bool | None = None  # None: whether flash-attn imports here
+    headroom_gib: float = DEFAULT_HEADROOM_GIB  # kept free below the usable memory (--headroom-gib)
+
+
+def usable_gib(hardware: Hardware) -> float:
+    return USABLE_FRACTION * hardware.gpu_memory_gib
+
+
+def fill_limit(req: PlanRequest) -> float:
+    """What the estimated phases may fill on one GPU: the usable memory less the headroom; a headroom that is
+    negative or leaves nothing is refused by its option's name."""
+    usable = usable_gib(req.hardware)
+    headroom = req.headroom_gib
+    if not 0 <= headroom < usable:  # NaN fails too
+        raise ValueError(
+            f"--headroom-gib {headroom:g} must be at least 0 and less than the {usable:.1f} GiB usable of a "
+            f"{req.hardware.gpu_memory_gib:g} GiB GPU"
+        )
+    return usable - headroom
+
+
+def shard_group(req: PlanRequest, ranks: int, ranks_per_node: Sequence[int]) -> int:
+    """How many of the actor's `ranks` share one copy of its state: the `fsdp_size` the run gives verl (HSDP
+    within a node on several equal nodes, agl_trainer.verl.settings.hsdp_shard_size; `--verl-set
+    actor.fsdp_config.fsdp_size=N` wins), read as verl's `create_device_mesh` reads it (< 0 or ≥ the ranks: all)."""
+    from agl_trainer.verl.settings import hsdp_shard_size
+
+    if req.config.trainer != "verl":
+        return 1
+    # per-agent actors get no ranks_per_node from _verl: one mesh over each actor's ranks
+    size = req.verl_overrides.get("actor.fsdp_config.fsdp_size")
+    if size is None:
+        size = hsdp_shard_size(ranks_per_node) if verl_actors(req.config) == 1 else -1
+    size = int(size)
+    return ranks if size < 0 or size >= ranks else size
+
+
+def _shards_at(req: PlanRequest, ranks: int) -> int:
+    """The shard group if the actor had `ranks` ranks, placed as the layout would place them."""
+    if verl_actors(req.config) > 1:
+        return shard_group(req, ranks, [])
+    per_node = req.hardware.gpus_per_node - (req.rollout_gpus or 0)
+    return shard_group(req, ranks, trainer_placement(ranks, req.hardware, per_node))
 
 
 def _has_tokenizer(path: Path) -> bool:
@@ -65,9 +116,9 @@ def _template_renders_tools(path: Path) -> bool | None:
     return None if not isinstance(template, str) else "tools" in template
 
 
-def _assumptions(req: PlanRequest, shape: ModelShape, tokens: int, ranks: int) -> dict[str, Any]:
+def _assumptions(req: PlanRequest, shape: ModelShape, tokens: int, ranks: int, shards: int) -> dict[str, Any]:
     """What the update's estimate takes for granted, as the printed plan says it."""
-    setup = _update_setup(req, shape, tokens, ranks)
+    setup = _update_setup(req, shape, tokens, ranks, shards)
     lora = req.config.policy.lora
     return {
         "weights": ("the frozen base in bf16, the LoRA adapter in fp32" if lora else "fp32 master weights")
@@ -80,6 +131,7 @@ def _assumptions(req: PlanRequest, shape: ModelShape, tokens: int, ranks: int) -
         if req.config.trainer == "verl"
         else "agl's trainer pads micro-batches to their longest sequence within the budget",
         "gradient_checkpointing": setup.gradient_checkpointing,
+        "sharded_over_ranks": shards,  # the weights, gradients and moments: one copy per shard group
     }
 
 
@@ -89,13 +141,15 @@ def _flash_attention(req: PlanRequest) -> bool:
     return flash_attention_available() if req.flash_attention is None else req.flash_attention
 
 
-def _update_setup(req: PlanRequest, shape: ModelShape, tokens: int, ranks: int) -> UpdateSetup:
+def _update_setup(req: PlanRequest, shape: ModelShape, tokens: int, ranks: int, shards: int) -> UpdateSetup:
     policy = req.config.policy
     verl = req.config.trainer == "verl"
     return UpdateSetup(
         shape,
         tokens,
         ranks=ranks,
+        shard_group=shards,
+        fsdp=verl,
         lora=policy.lora,
         lora_rank=policy.lora_rank,
         lora_targets=tuple(policy.lora_targets),
@@ -128,19 +182,33 @@ def _phases(req: PlanRequest, shape: ModelShape, layout: Layout, update_total: f
     return {"rollouts": budget + resident, "update": update_total + VLLM_ASLEEP_GIB}
 
 
-def _token_budget(req: PlanRequest, shape: ModelShape, layout: Layout, ranks: int, longest: int) -> int:
+def _limits(req: PlanRequest, layout: Layout, phases: dict[str, float]) -> dict[str, float]:
+    """What each phase may fill: the usable memory less the headroom, but a phase vLLM fills (its own budget,
+    which vLLM enforces, and the trainer's context beside it) the usable memory."""
+    fill, usable = fill_limit(req), usable_gib(req.hardware)
+    return {k: usable if layout.vllm is not None and k.startswith("rollouts") else fill for k in phases}
+
+
+def _over(req: PlanRequest, layout: Layout, phases: dict[str, float]) -> bool:
+    limits = _limits(req, layout, phases)
+    return any(v > limits[k] for k, v in phases.items())
+
+
+def _update_fits(req: PlanRequest, shape: ModelShape, layout: Layout, setup: UpdateSetup) -> bool:
+    return not _over(req, layout, _phases(req, shape, layout, update_memory(setup)["total"]))
+
+
+def _token_budget(req: PlanRequest, shape: ModelShape, layout: Layout, ranks: int, shards: int, longest: int) -> int:
     """The largest token budget (a multiple of `BUDGET_STEP`, at least the longest transition, at most
     `MAX_TOKEN_BUDGET`) whose update fits; the longest transition if none does (the plan then says it does not
     fit)."""
     cfg = req.config
     if cfg.trainer != "verl":
         return max(int(cfg.policy.micro_batch_tokens), longest)
-    limit = HEADROOM * req.hardware.gpu_memory_gib
     best = longest
     for tokens in range(BUDGET_STEP, MAX_TOKEN_BUDGET + 1, BUDGET_STEP):
         if tokens >= longest:
-            total = update_memory(_update_setup(req, shape, tokens, ranks))["total"]
-            if max(_phases(req, shape, layout, total).values()) > limit:
+            if not _update_fits(req, shape, layout, _update_setup(req, shape, tokens, ranks, shards)):
                 break
             best = tokens
     return best
@@ -294,6 +362,7 @@ def plan_run(req: PlanRequest) -> tuple[dict[str, Any], RunPlan]:
     cfg, hw = req.config, req.hardware
     cfg.validate()  # what a run refuses, the plan refuses too
     hw.validate()
+    fill = fill_limit(req)  # a bad --headroom-gib is refused before anything is read
     path = resolve_model(cfg.model)
     shape = read_shape(path)
     warnings: list[dict[str, str]] = []
@@ -369,16 +438,18 @@ def plan_run(req: PlanRequest) -> tuple[dict[str, Any], RunPlan]:
                 "change": "--engine vllm --rollout-gpus N",
             }
         )
-    tokens = _token_budget(req, shape, layout, ranks, longest)
-    parts = update_memory(_update_setup(req, shape, tokens, ranks))
+    shards = shard_group(req, ranks, layout.trainer_gpus_per_node if actors == 1 else [])
+    tokens = _token_budget(req, shape, layout, ranks, shards, longest)
+    parts = update_memory(_update_setup(req, shape, tokens, ranks, shards))
     phases = _phases(req, shape, layout, parts["total"])
     peak = max(phases.values())
-    limit = HEADROOM * hw.gpu_memory_gib
     reasons = []
     if layout.vllm is not None and layout.vllm.memory["kv_tokens"] < longest:
         reasons.append(_vllm_knob(shape, hw, layout, longest))
-    if peak > limit:
-        reasons.append(_knob(req, shape, layout, longest, peak, limit))
+    if _over(req, layout, phases):
+        limits = _limits(req, layout, phases)
+        worst = max(phases, key=lambda k: phases[k] - limits[k])
+        reasons.append(_knob(req, shape, layout, longest, phases[worst], limits[worst]))
     fits = not reasons
     refusal = "; ".join(reasons) or None
     plan: dict[str, Any] = {
@@ -416,9 +487,13 @@ def plan_run(req: PlanRequest) -> tuple[dict[str, Any], RunPlan]:
         ),
         "memory": {
             "gpu_memory_gib": hw.gpu_memory_gib,
-            "usable_gib": round(limit, 2),
+            "usable_gib": round(usable_gib(hw), 2),
+            "headroom_gib": req.headroom_gib,
+            "headroom_why": HEADROOM_WHY,
+            # the update's phases fill at most this; vLLM's own share is held to the usable memory alone
+            "fill_limit_gib": round(fill, 2),
             "token_budget": tokens,
-            "assumes": _assumptions(req, shape, tokens, ranks),
+            "assumes": _assumptions(req, shape, tokens, ranks, shards),
             "update": parts,
             "phases": {k: round(v, 2) for k, v in phases.items()},
             "peak_gib_per_gpu": round(peak, 2),
@@ -457,24 +532,33 @@ def _vllm_knob(shape: ModelShape, hw: Hardware, layout: Layout, longest: int) ->
 def _knob(req: PlanRequest, shape: ModelShape, layout: Layout, longest: int, peak: float, limit: float) -> str:
     """What would make a plan that does not fit fit, tried in the order a user would try them."""
     cfg, hw = req.config, req.hardware
-    head = f"needs {peak:.1f} GiB on a GPU, {limit:.1f} GiB usable of {hw.gpu_memory_gib:g}"
+    kept = f" ({usable_gib(hw):.1f} less a {req.headroom_gib:g} GiB headroom)" if limit < usable_gib(hw) else ""
+    head = f"needs {peak:.1f} GiB on a GPU, {limit:.1f} GiB usable of {hw.gpu_memory_gib:g}{kept}"
     if cfg.trainer == "verl":
         per_node = hw.gpus_per_node - (req.rollout_gpus or 0)
-        for ranks in range(trainer_ranks(req) + 1, per_node * hw.nodes + 1):
-            total = update_memory(_update_setup(req, shape, longest, ranks))["total"]
-            if max(_phases(req, shape, layout, total).values()) <= limit:
+        ranks_now = trainer_ranks(req)
+        for ranks in range(ranks_now + 1, per_node * hw.nodes + 1):
+            if _update_fits(req, shape, layout, _update_setup(req, shape, longest, ranks, _shards_at(req, ranks))):
                 return f"{head}: shard the update over more GPUs, --trainer-workers {ranks}"
+        # HSDP keeps one copy of the state per node: sharding it over every rank may fit where a node's ranks do not
+        if _shards_at(req, ranks_now) < ranks_now and _update_fits(
+            req, shape, layout, _update_setup(req, shape, longest, ranks_now, ranks_now)
+        ):
+            return f"{head}: shard the update across nodes, {ACROSS_NODES} (each layer's all-gather then crosses nodes)"
     if not cfg.policy.lora:
         return f"{head}: train a LoRA adapter instead of every weight (drop --full-finetune)"
     if layout.vllm is None and cfg.trainer != "verl":
         return f"{head}: --trainer verl --engine vllm (sharded updates, gradient checkpointing, vLLM in sleep mode)"
     for ranks in range(1, 1025):
-        gpus = -(-ranks // hw.gpus_per_node)
-        fits_at = update_memory(_update_setup(req, shape, longest, ranks))["total"] + VLLM_ASLEEP_GIB <= limit
+        nodes = -(-ranks // hw.gpus_per_node)
+        update = update_memory(_update_setup(req, shape, longest, ranks, ranks))["total"]
+        fits_at = update + VLLM_ASLEEP_GIB <= fill_limit(req)
         if fits_at:
+            # past one node the run shards within a node (HSDP) unless told to shard over every rank
+            across = f" and {ACROSS_NODES}" if nodes > 1 else ""
             return (
-                f"{head}: the update needs {ranks} GPUs of {hw.gpu_memory_gib:g} GiB ({gpus} node(s) of "
-                f"{hw.gpus_per_node}): --gpus-per-node / --nodes and --trainer-workers {ranks}"
+                f"{head}: the update needs {ranks} GPUs of {hw.gpu_memory_gib:g} GiB ({nodes} node(s) of "
+                f"{hw.gpus_per_node}): --gpus-per-node / --nodes and --trainer-workers {ranks}{across}"
             )
     return f"{head}: no number of GPUs of {hw.gpu_memory_gib:g} GiB holds this model's update"
 

@@ -1,10 +1,14 @@
 """How much memory a training update and a vLLM server take on one GPU: the estimate the plan checks.
 
-The update (verl's FSDP actor, or agl's own trainer: the same model code), per GPU, with `ranks` FSDP shards:
+The update (verl's FSDP actor, or agl's own trainer: the same model code), per GPU, with `ranks` data-parallel
+ranks of which `shards` hold one copy of the state between them (FSDP's shard group: every rank, or with HSDP on
+several nodes one node's ranks, the copy replicated across nodes):
 
 - weights: the frozen base in the compute dtype (LoRA), or fp32 master weights (full fine-tuning), sharded; plus
   the unsharded compute-dtype copies FSDP gathers for the layers in flight (two: one computing, one prefetched)
-  and, for the root module, the embedding;
+  and, for the root module, the embedding. FSDP2 makes those copies at one rank too (its world-size-1 path
+  copies each shard into a freshly allocated unsharded buffer, `FSDPParamGroup.wait_for_unshard`), so verl's
+  actor (`fsdp`) is charged them at any number of ranks; agl's own trainer, unwrapped, never;
 - gradients and AdamW's two moments: 4 + 8 bytes per trainable parameter, sharded;
 - activations for a micro-batch of `tokens`: what one decoder layer keeps for backward is about
   tokens × (3·hidden + 2·q_dim + 3·intermediate) values for its own operations (RMSNorm, rotary, attention output,
@@ -49,7 +53,11 @@ VLLM_ASLEEP_GIB = 1.5  # a sleeping vLLM: its CUDA context and graphs stay
 class UpdateSetup:
     shape: ModelShape
     tokens: int  # micro-batch token budget per GPU (verl's ppo_max_token_len_per_gpu)
-    ranks: int = 1  # FSDP shards of the actor
+    ranks: int = 1  # data-parallel ranks of the actor
+    # ranks one copy of the weights, gradients and moments is sharded over (verl's `fsdp_size`: HSDP shards within
+    # a node and replicates across nodes); None: every rank
+    shard_group: int | None = None
+    fsdp: bool = False  # wrapped by FSDP (verl's actor): gathered compute copies exist even at one rank
     lora: bool = True
     lora_rank: int = 16
     lora_targets: tuple[str, ...] = ("q_proj", "k_proj", "v_proj", "o_proj")
@@ -64,6 +72,13 @@ class UpdateSetup:
     logit_tokens: int | None = None
 
     @property
+    def shards(self) -> int:
+        """How many ranks share one copy of the sharded state (verl: `fsdp_size` < 0 or ≥ the ranks is all)."""
+        if self.shard_group is None or self.shard_group < 1:
+            return self.ranks
+        return min(self.shard_group, self.ranks)
+
+    @property
     def trainable(self) -> int:
         if self.lora:
             return self.shape.lora_params(self.lora_rank, self.lora_targets)
@@ -73,8 +88,9 @@ class UpdateSetup:
 def update_memory(setup: UpdateSetup) -> dict[str, float]:
     """Each part of an update's peak on one GPU, in GiB, and their `total`."""
     s, c = setup.shape, setup.compute_bytes
-    gathered = (2 * s.layer_params + s.vocab * s.hidden) * c if setup.ranks > 1 else 0
-    base = s.params * (c if setup.lora else 4) / setup.ranks
+    shards = setup.shards
+    gathered = (2 * s.layer_params + s.vocab * s.hidden) * c if setup.fsdp or setup.ranks > 1 else 0
+    base = s.params * (c if setup.lora else 4) / shards
     q_dim = s.heads * s.head_dim
     values = s.layer_values_per_token  # what the layer's own operations need for backward
     if not setup.lora:
@@ -87,9 +103,9 @@ def update_memory(setup: UpdateSetup) -> dict[str, float]:
     logit_tokens = setup.tokens if setup.logit_tokens is None else setup.logit_tokens
     logits = logit_tokens * s.vocab * logit_bytes(setup.logits_path, c, temperature_scaled=setup.temperature_scaled)
     parts = {
-        "weights": (base + gathered + (setup.trainable * 4 / setup.ranks if setup.lora else 0)) / GIB,
-        "gradients": setup.trainable * 4 / setup.ranks / GIB,
-        "optimizer": setup.trainable * 8 / setup.ranks / GIB,
+        "weights": (base + gathered + (setup.trainable * 4 / shards if setup.lora else 0)) / GIB,
+        "gradients": setup.trainable * 4 / shards / GIB,
+        "optimizer": setup.trainable * 8 / shards / GIB,
         "activations": activations / GIB,
         "logits": logits / GIB,
     }
