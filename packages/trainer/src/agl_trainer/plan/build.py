@@ -549,13 +549,17 @@ def _knob(req: PlanRequest, shape: ModelShape, layout: Layout, longest: int, pea
         return f"{head}: train a LoRA adapter instead of every weight (drop --full-finetune)"
     if layout.vllm is None and cfg.trainer != "verl":
         return f"{head}: --trainer verl --engine vllm (sharded updates, gradient checkpointing, vLLM in sleep mode)"
+    from agl_trainer.verl.settings import hsdp_shard_size
+
+    g = hw.gpus_per_node
     for ranks in range(1, 1025):
-        nodes = -(-ranks // hw.gpus_per_node)
+        nodes = -(-ranks // g)
         update = update_memory(_update_setup(req, shape, longest, ranks, ranks))["total"]
         fits_at = update + VLLM_ASLEEP_GIB <= fill_limit(req)
         if fits_at:
-            # past one node the run shards within a node (HSDP) unless told to shard over every rank
-            across = f" and {ACROSS_NODES}" if nodes > 1 else ""
+            # on full nodes of several GPUs the run shards within a node (HSDP) unless told to shard over every rank
+            hsdp = hsdp_shard_size([min(g, ranks - i) for i in range(0, ranks, g)]) > 0
+            across = f" and {ACROSS_NODES}" if hsdp else ""
             return (
                 f"{head}: the update needs {ranks} GPUs of {hw.gpu_memory_gib:g} GiB ({nodes} node(s) of "
                 f"{hw.gpus_per_node}): --gpus-per-node / --nodes and --trainer-workers {ranks}{across}"

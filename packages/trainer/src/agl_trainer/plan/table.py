@@ -1,7 +1,8 @@
 """The GPU guide's table of plans, made by `agl train --plan`'s own code (the docs build calls `plan_table`).
 
 For each published model config (config.json only, no weights) and machine shape: LoRA r16, transitions of up to
-2,048 tokens, verl on vLLM, colocated, 80 GB GPUs, with flash-attn and without it.
+2,048 tokens, verl on vLLM, colocated, 80 GB GPUs, with flash-attn and without it, the default headroom kept
+(`agl_trainer.plan.build.DEFAULT_HEADROOM_GIB`).
 """
 
 from __future__ import annotations
