@@ -183,9 +183,10 @@ def test_why_full_weights_are_refused_on_a_cpu_reload_weights_serves_stale_log_p
             lambda t: model.save_pretrained(t, safe_serialization=True),
             tmp_path / "published",
             server=server,
+            headers=server.headers,
         )
         backend.weights_changed()
-        (fresh,) = check_served_logprobs(server.url, policy, [("base", None)])
+        (fresh,) = check_served_logprobs(server.url, policy, [("base", None)], headers=server.headers)
         assert fresh.mean_abs_diff < 1e-4  # the unchanged weights reload exactly
         body = {
             "model": "base",
@@ -195,7 +196,7 @@ def test_why_full_weights_are_refused_on_a_cpu_reload_weights_serves_stale_log_p
             "seed": 0,
             "return_token_ids": True,
         }
-        first = httpx.post(f"{server.url}/chat/completions", json=body, timeout=120).json()
+        first = httpx.post(f"{server.url}/chat/completions", json=body, headers=server.headers, timeout=120).json()
         response = first["choices"][0]["token_ids"]
         sample = Transition(
             "r",
@@ -216,7 +217,7 @@ def test_why_full_weights_are_refused_on_a_cpu_reload_weights_serves_stale_log_p
         after = policy.logprobs([sample])[0]
         assert statistics.mean(abs(a - b) for a, b in zip(before, after, strict=True)) > 1e-3
         backend.weights_changed()
-        (stale,) = check_served_logprobs(server.url, policy, [("base", None)])
+        (stale,) = check_served_logprobs(server.url, policy, [("base", None)], headers=server.headers)
         assert stale.mean_abs_diff > 1e-3  # measured 0.019 per token: not the trainer's weights
         backend.close()
     finally:
@@ -374,8 +375,38 @@ def test_each_version_is_loaded_once_under_its_own_name(vllm_run: Run) -> None:
     }
     assert files - {"adapter/README.md"} == {"adapter/adapter_config.json", "adapter/adapter_model.safetensors"}, files
     assert "load_inplace" not in log and "Reloaded LoRA adapter" not in log
-    served = {m["id"] for m in httpx.get(f"{vllm_run.server.url}/models").json()["data"]}
+    served = {
+        m["id"] for m in httpx.get(f"{vllm_run.server.url}/models", headers=vllm_run.server.headers).json()["data"]
+    }
     assert served == {"base", "default@v2", "default@v3"}
+
+
+def test_every_route_of_the_runs_server_asks_for_its_key(vllm_run: Run) -> None:
+    """vLLM's --api-key guards only /v1 and a few other prefixes: sleep, wake, weight reloads and cache resets were
+    open to whoever reached the port (on a cluster, the node's address). agl's gate asks for the run's key on every
+    route but the liveness probe; the key is in the server's environment, not on its command line."""
+    server = vllm_run.server
+    root = server.url.removesuffix("/v1")
+    key = server.settings.api_key
+    assert key and server.headers == {"Authorization": f"Bearer {key}"}
+    for method, path in (
+        ("GET", "/v1/models"),
+        ("POST", "/v1/chat/completions"),
+        ("POST", "/tokenize"),
+        ("POST", "/sleep?level=1"),
+        ("POST", "/wake_up"),
+        ("POST", "/collective_rpc"),
+        ("POST", "/reset_prefix_cache"),
+        ("POST", "/v1/load_lora_adapter"),
+        ("GET", "/metrics"),
+    ):
+        for headers in ({}, {"Authorization": "Bearer not-the-key"}, {"Authorization": key}):
+            resp = httpx.request(method, f"{root}{path}", headers=headers, timeout=30)
+            assert resp.status_code == 401, (method, path, headers, resp.status_code, resp.text[:200])
+    assert httpx.get(f"{root}/health", timeout=30).status_code == 200
+    assert httpx.get(f"{root}/v1/models", headers=server.headers, timeout=30).status_code == 200
+    assert server.proc is not None
+    assert key.encode() not in Path(f"/proc/{server.proc.pid}/cmdline").read_bytes()
 
 
 def test_vllm_renders_every_chat_rule_exactly_as_agl(vllm_run: Run) -> None:
@@ -388,7 +419,7 @@ def test_vllm_renders_every_chat_rule_exactly_as_agl(vllm_run: Run) -> None:
         body: dict[str, Any] = {"model": "base", "messages": messages, "add_generation_prompt": True}
         if tools:
             body["tools"] = tools
-        resp = httpx.post(f"{root}/tokenize", json=body, timeout=60)
+        resp = httpx.post(f"{root}/tokenize", json=body, headers=vllm_run.server.headers, timeout=60)
         assert resp.status_code == 200, (name, resp.text)
         assert resp.json()["tokens"] == agl_ids(vllm_run.tokenizer, messages, tools), name
 
@@ -405,11 +436,11 @@ def test_streamed_ids_equal_the_non_streamed_ones(vllm_run: Run) -> None:
         "return_token_ids": True,
     }
     url = f"{vllm_run.server.url}/chat/completions"
-    whole = httpx.post(url, json=body, timeout=120).json()
+    whole = httpx.post(url, json=body, headers=vllm_run.server.headers, timeout=120).json()
     prompt, ids = whole["prompt_token_ids"], whole["choices"][0]["token_ids"]
     streamed: list[int] = []
     streamed_prompt = None
-    with httpx.stream("POST", url, json={**body, "stream": True}, timeout=120) as resp:
+    with httpx.stream("POST", url, json={**body, "stream": True}, headers=vllm_run.server.headers, timeout=120) as resp:
         for line in resp.iter_lines():
             if not line.startswith("data: ") or line == "data: [DONE]":
                 continue

@@ -89,3 +89,33 @@ def test_an_engine_without_token_ids_is_refused(tiny_model_dir: Path) -> None:
     )
     with pytest.raises(EngineError, match="without token ids"):
         check_served_logprobs("http://engine/v1", policy, [("m", None)], transport=plain)
+
+
+def test_several_servers_are_checked_in_one_turn_of_the_trainer(tiny_model_dir: Path) -> None:
+    """On colocated GPUs each `logprobs` call of the trainer is a turn (every server asleep meanwhile): the check
+    after a publication asks each server first and computes the trainer's side once for all of them (it handed
+    every GPU over once per server). A server that serves other log-probs is named."""
+    from agl_trainer.engines.check import check_servers
+
+    policy, tokenizer = peaked_policy(tiny_model_dir, seed=0)
+    good = fake_engine(policy, tokenizer, PROBE_TEMPERATURE)
+    t1 = fake_engine(policy, tokenizer, 1.0)
+    turns: list[int] = []
+
+    class Turns:
+        def logprobs(self, transitions: list[Transition]) -> list[list[float]]:
+            turns.append(len(transitions))
+            return policy.logprobs(transitions)
+
+    def route(request: httpx.Request) -> httpx.Response:
+        return (t1 if request.url.host == "node-c" else good).handle_request(request)
+
+    urls = [f"http://node-{n}/v1" for n in "ab"]
+    results = check_servers(urls, Turns(), [("default@v1", None)], transport=httpx.MockTransport(route))  # type: ignore[arg-type]
+    assert [url for url, _ in results] == urls and all(r.mean_abs_diff < TOLERANCE for _, r in results)
+    assert turns == [4]  # one call: two temperatures for each of the two servers' answers
+    with pytest.raises(EngineError, match="node-c.*temperature-1"):
+        check_servers(
+            [*urls, "http://node-c/v1"], Turns(), [("default@v1", None)], transport=httpx.MockTransport(route)
+        )  # type: ignore[arg-type]
+    assert turns[1:] == [6]

@@ -330,7 +330,7 @@ def test_every_command_line_agl_plans_is_accepted_by_vllms_own_parser(tmp_path: 
     log = tmp_path / "v.log"
     cases: list[tuple[VLLMSettings, Path | None]] = [
         # agl train --engine vllm on a CPU: LoRA with agl's chat template; full fine-tuning in vLLM's own layout
-        (VLLMSettings(model=tmp_path, log_path=log, lora_adapters=2, lora_rank=12), template),
+        (VLLMSettings(model=tmp_path, log_path=log, lora_adapters=2, lora_rank=12, api_key="k" * 43), template),
         (VLLMSettings(model=tmp_path, log_path=log, full_weights_reload=True, cpu_layout=False), None),
         # GPUs: full fine-tuning colocated over 4 data-parallel ranks of 2 GPUs; LoRA over 8 ranks
         (
@@ -349,7 +349,12 @@ def test_every_command_line_agl_plans_is_accepted_by_vllms_own_parser(tmp_path: 
             ),
             None,
         ),
-        (VLLMSettings(model=tmp_path, log_path=log, device="cuda", lora_adapters=1, data_parallel=8), None),
+        (
+            VLLMSettings(
+                model=tmp_path, log_path=log, device="cuda", lora_adapters=1, data_parallel=8, api_key="k" * 43
+            ),
+            None,
+        ),
     ]
     commands = [(vllm_argv(s, str(python), 8000, t), vllm_env_changes(s)) for s, t in cases]
     # and the plans of `agl train --plan`: 1 GPU, 8 GPUs (LoRA; full fine-tuning), vLLM on 2 of 8 GPUs of its own
@@ -375,9 +380,14 @@ def test_every_command_line_agl_plans_is_accepted_by_vllms_own_parser(tmp_path: 
         assert bool(args["enable_lora"]) is lora
         assert args["api_server_count"] == (None if dp == 1 else 1 if lora else dp)
         assert args["enable_sleep_mode"] is ("--enable-sleep-mode" in argv)
+        # a server with a key loads agl's gate from its PYTHONPATH; the key is in its environment only
+        keyed = "AGL_ENGINE_KEY" in env
+        assert args["middleware"] == (["agl_vllm_gate.EngineKeyGate"] if keyed else [])
+        assert not keyed or (env["AGL_ENGINE_KEY"] not in " ".join(argv) and "vllm_gate" in env["PYTHONPATH"])
         if argv[1] == "-m":  # CUDA: the `vllm` command
             assert argv[2] == VLLM_CLI and args["gpu_memory_utilization"] in (0.5, 0.85, 0.9)
         else:
             assert argv[2] == CPU_SERVE and args["kv_cache_memory_bytes"] == 2**30
+    assert sum("AGL_ENGINE_KEY" in env for _, env in commands) == 2
     assert any(args["api_server_count"] == 8 for args in parsed)  # full fine-tuning on 8 GPUs: 8 API servers
     assert any(args["api_server_count"] == 1 and args["data_parallel_size"] == 8 for args in parsed)  # LoRA

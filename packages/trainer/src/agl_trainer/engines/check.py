@@ -58,9 +58,16 @@ def _mean_abs(a: Sequence[float], b: Sequence[float]) -> float:
     return sum(abs(x - y) for x, y in zip(a, b, strict=True)) / max(len(a), 1)
 
 
-def probe(
-    http: httpx.Client, base_url: str, policy: PolicyBackend, model: str, agent: str | None, prompt: str, seed: int
-) -> ProbeResult:
+@dataclass
+class Answer:
+    """A server's answer to a probe: the token ids it sampled and the log-prob it reported for each."""
+
+    prompt_ids: list[int]
+    response_ids: list[int]
+    served: list[float]
+
+
+def ask(http: httpx.Client, base_url: str, model: str, prompt: str, seed: int) -> Answer:
     body = {
         "model": model,
         "messages": [{"role": "user", "content": prompt}],
@@ -88,35 +95,72 @@ def probe(
             f"{base_url} answered the probe without token ids and one log-prob per token: agl needs an engine that "
             "honours `return_token_ids` and `logprobs` (vLLM ≥ 0.10, or `agl engine`)"
         )
+    return Answer(list(prompt_ids), list(response_ids), served)
+
+
+def compare(policy: PolicyBackend, model: str, agent: str | None, answers: Sequence[Answer]) -> list[ProbeResult]:
+    """Each answer's log-probs against the trainer's at the probe temperature and at 1, all in one call of the
+    policy: on colocated GPUs each call is a turn of the trainer, every server asleep meanwhile, so one turn for
+    every server's answer (a turn per server handed each GPU over once per server at each publication)."""
     temperatures = (PROBE_TEMPERATURE, 1.0)
-    # one call for both temperatures: on colocated GPUs each call is a turn of the trainer (vLLM asleep meanwhile)
-    both = policy.logprobs(
-        [
-            Transition(
-                rollout_id="probe",
-                task_id="probe",
-                attempt_id="probe",
-                seq=0,
-                agent_name=agent,
-                prompt_ids=list(prompt_ids),
-                response_ids=list(response_ids),
-                response_mask=[1] * len(response_ids),
-                logprobs=None,
-                model_version=None,
-                call_ids=[],
-                temperature=t,
+    batch = [
+        Transition(
+            rollout_id="probe",
+            task_id="probe",
+            attempt_id="probe",
+            seq=0,
+            agent_name=agent,
+            prompt_ids=a.prompt_ids,
+            response_ids=a.response_ids,
+            response_mask=[1] * len(a.response_ids),
+            logprobs=None,
+            model_version=None,
+            call_ids=[],
+            temperature=t,
+        )
+        for a in answers
+        for t in temperatures
+    ]
+    mine = list(policy.logprobs(batch))
+    results = []
+    for i, a in enumerate(answers):
+        at_probe, at_one = mine[2 * i], mine[2 * i + 1]
+        results.append(
+            ProbeResult(
+                model=model,
+                tokens=len(a.response_ids),
+                mean_abs_diff=_mean_abs(a.served, at_probe),
+                mean_abs_diff_t1=_mean_abs(a.served, at_one),
+                separation=_mean_abs(at_probe, at_one),
             )
-            for t in temperatures
-        ]
-    )
-    mine = dict(zip(temperatures, both, strict=True))
-    return ProbeResult(
-        model=model,
-        tokens=len(response_ids),
-        mean_abs_diff=_mean_abs(served, mine[PROBE_TEMPERATURE]),
-        mean_abs_diff_t1=_mean_abs(served, mine[1.0]),
-        separation=_mean_abs(mine[PROBE_TEMPERATURE], mine[1.0]),
-    )
+        )
+    return results
+
+
+def check_servers(
+    base_urls: Sequence[str],
+    policy: PolicyBackend,
+    served: Sequence[tuple[str, str | None]],
+    timeout_s: float = 300.0,
+    transport: httpx.BaseTransport | None = None,
+    headers: dict[str, str] | None = None,
+) -> list[tuple[str, ProbeResult]]:
+    """Probe each `(served model name, an agent it serves)` on every server of `base_urls` (the same prompt to
+    each, the trainer's side computed once for all); raise `EngineError` naming the first server whose log-probs
+    are not the trainer's at the sampling temperature. (server, result) for each server and model."""
+    out: list[tuple[str, ProbeResult]] = []
+    with httpx.Client(timeout=timeout_s, transport=transport, headers=headers) as http:
+        for model, agent in served:
+            results: list[ProbeResult] = []
+            for seed, prompt in enumerate(PROMPTS):
+                answers = [ask(http, url, model, prompt, seed) for url in base_urls]
+                results = compare(policy, model, agent, answers)
+                if all(r.separation >= MIN_SEPARATION for r in results):
+                    break
+            for url, result in zip(base_urls, results, strict=True):
+                judge(url, model, result)
+                out.append((url, result))
+    return out
 
 
 def check_served_logprobs(
@@ -125,30 +169,25 @@ def check_served_logprobs(
     served: Sequence[tuple[str, str | None]],
     timeout_s: float = 300.0,
     transport: httpx.BaseTransport | None = None,
+    headers: dict[str, str] | None = None,
 ) -> list[ProbeResult]:
-    """Probe each `(served model name, an agent it serves)`; raise `EngineError` if its log-probs are not the
-    trainer's at the sampling temperature."""
-    results = []
-    with httpx.Client(timeout=timeout_s, transport=transport) as http:
-        for model, agent in served:
-            result = None
-            for seed, prompt in enumerate(PROMPTS):
-                result = probe(http, base_url, policy, model, agent, prompt, seed)
-                if result.separation >= MIN_SEPARATION:
-                    break
-            assert result is not None
-            if result.mean_abs_diff > TOLERANCE:
-                if result.mean_abs_diff_t1 < result.mean_abs_diff:
-                    raise EngineError(
-                        f"{base_url} ({model!r}) reports temperature-1 log-probs for a response sampled at "
-                        f"T={PROBE_TEMPERATURE} (they differ from the trainer's at T={PROBE_TEMPERATURE} by "
-                        f"{result.mean_abs_diff:.3f} per token, from its T=1 ones by {result.mean_abs_diff_t1:.3f}): "
-                        "start vLLM with `--logprobs-mode processed_logprobs` (agl train --engine vllm does so)"
-                    )
-                raise EngineError(
-                    f"{base_url} ({model!r}) serves log-probs that differ from the trainer's by "
-                    f"{result.mean_abs_diff:.3f} per token on average (tolerance {TOLERANCE}): it must serve the same "
-                    "base model, in a comparable dtype, with the adapters agl publishes"
-                )
-            results.append(result)
-    return results
+    """`check_servers` on one server: its result for each served model."""
+    return [r for _, r in check_servers([base_url], policy, served, timeout_s, transport, headers)]
+
+
+def judge(base_url: str, model: str, result: ProbeResult) -> None:
+    """Raise `EngineError` if `result` shows log-probs that are not the trainer's at the sampling temperature."""
+    if result.mean_abs_diff <= TOLERANCE:
+        return
+    if result.mean_abs_diff_t1 < result.mean_abs_diff:
+        raise EngineError(
+            f"{base_url} ({model!r}) reports temperature-1 log-probs for a response sampled at "
+            f"T={PROBE_TEMPERATURE} (they differ from the trainer's at T={PROBE_TEMPERATURE} by "
+            f"{result.mean_abs_diff:.3f} per token, from its T=1 ones by {result.mean_abs_diff_t1:.3f}): "
+            "start vLLM with `--logprobs-mode processed_logprobs` (agl train --engine vllm does so)"
+        )
+    raise EngineError(
+        f"{base_url} ({model!r}) serves log-probs that differ from the trainer's by "
+        f"{result.mean_abs_diff:.3f} per token on average (tolerance {TOLERANCE}): it must serve the same "
+        "base model, in a comparable dtype, with the adapters agl publishes"
+    )

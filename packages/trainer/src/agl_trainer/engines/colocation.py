@@ -74,6 +74,7 @@ class Colocation:
         timeout_s: float = 600.0,
         log: list[str] | None = None,
         servers: Any = None,
+        headers: dict[str, str] | None = None,
     ) -> None:
         if level not in (1, 2):
             raise ValueError(f"vLLM's sleep level is 1 or 2, got {level}")
@@ -84,7 +85,7 @@ class Colocation:
         self.restore = restore
         self.log = log if log is not None else []
         self.slept_at: int | None = None  # the level of the sleep vLLM is in now
-        self._http = httpx.Client(timeout=timeout_s)
+        self._http = httpx.Client(timeout=timeout_s, headers=headers)  # headers: the servers' key
 
     def _post(self, route: str, **params: Any) -> None:
         urls = engine_urls(self.root, self.servers)

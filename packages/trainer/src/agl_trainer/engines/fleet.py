@@ -124,6 +124,11 @@ class EngineFleet:
     lost: list[tuple[str, str]] = field(default_factory=list)  # (node, why), in the order they were lost
     _retired: list[Member] = field(default_factory=list)  # lost members, whose actors still need stopping
 
+    @property
+    def headers(self) -> dict[str, str]:
+        """What agl's requests to the servers carry: their key (one for the run's servers), when vLLM."""
+        return dict(getattr(self.settings, "headers", None) or {})
+
     @classmethod
     def start(
         cls,

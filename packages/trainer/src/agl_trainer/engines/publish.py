@@ -52,13 +52,20 @@ class RemoteAdapterEngine:
     serves_previous_version_while_loading = True
 
     def __init__(
-        self, base_url: str, policy: PolicyTrainer, folder: str | Path, timeout_s: float = 300.0, server: Any = None
+        self,
+        base_url: str,
+        policy: PolicyTrainer,
+        folder: str | Path,
+        timeout_s: float = 300.0,
+        server: Any = None,
+        headers: dict[str, str] | None = None,
     ) -> None:
         self.base_url = base_url.rstrip("/")
         self.policy = policy
         self.folder = Path(folder)
         self.server = server  # a `VLLMServer` agl started: checked before each publication
-        self._http = httpx.Client(timeout=timeout_s)
+        self.headers = dict(headers or {})  # what requests to its servers carry: their key
+        self._http = httpx.Client(timeout=timeout_s, headers=self.headers)
         # names left on a long-lived engine by an earlier run are never reused (on any of its servers)
         served = each_server(self._urls(), lambda url: _served_models(self._http, url), server)
         taken = [re.fullmatch(r"(.+)@v(\d+)", str(m.get("id", ""))) for models in served for m in models]
@@ -137,6 +144,7 @@ class RemoteWeightsEngine:
         timeout_s: float = 600.0,
         server: Any = None,
         verify: Callable[[], object] | None = None,
+        headers: dict[str, str] | None = None,
     ) -> None:
         self.base_url = base_url.rstrip("/")
         self.root = root_of(self.base_url)
@@ -149,7 +157,8 @@ class RemoteWeightsEngine:
         self.server = server
         self.version = 0
         self.loaded_version = 0  # the version vLLM's weights hold
-        self._http = httpx.Client(timeout=timeout_s)
+        self.headers = dict(headers or {})  # what requests to its servers carry: their key
+        self._http = httpx.Client(timeout=timeout_s, headers=self.headers)
         roots = [m for m in _served_models(self._http, self.base_url) if m.get("parent") is None]
         if not roots:
             raise EngineError(f"{self.base_url}/models lists no base model")

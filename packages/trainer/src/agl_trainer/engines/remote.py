@@ -4,6 +4,7 @@ served policy checks that its log-probs are the trainer's at the sampling temper
 
 from __future__ import annotations
 
+import secrets
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -15,9 +16,9 @@ import torch
 from rich.console import Console
 
 from agl.common.processes import stop_processes
-from agl_trainer.backends import EngineError, InferenceBackend
+from agl_trainer.backends import EngineError
 from agl_trainer.chat_format import engine_chat_template
-from agl_trainer.engines.check import check_served_logprobs
+from agl_trainer.engines.check import check_servers
 from agl_trainer.engines.colocation import Colocation, TrainerTurnLogprobs, publish_first_weights
 from agl_trainer.engines.fan_out import engine_urls
 from agl_trainer.engines.fleet import EngineFleet
@@ -156,6 +157,7 @@ def start_vllm(
         cpu_threads=cpu_threads,
         chat_template=engine_chat_template(tokenizer),
         default_max_tokens=DEFAULT_MAX_TOKENS,
+        api_key=secrets.token_urlsafe(32),  # every route of the server asks for it (agl_vllm_gate)
     )
     return VLLMServer(settings, console).start()
 
@@ -175,7 +177,7 @@ def open_remote_engine(
     sharing: Colocation | None = None,
     cpu_threads: int = 0,
     published: Path | None = None,
-) -> tuple[InferenceBackend, str, str]:
+) -> tuple[RemoteAdapterEngine | RemoteWeightsEngine, str, str]:
     """(the inference backend, the URL the proxy forwards to, a description). With `url` None: `server`, a vLLM
     server already started (on GPUs, before the trainer's model: agl_trainer.run.loop), or one started here (and
     stopped by `stack`). `sharing`: vLLM and the trainer take turns on the GPUs (agl_trainer.engines.colocation).
@@ -214,16 +216,17 @@ def open_remote_engine(
     assert url is not None
     # the trainer's side of each log-prob check runs on its turn of the GPUs when vLLM shares them
     checked: Any = policy if sharing is None else TrainerTurnLogprobs(policy, sharing)
+    headers = server.headers if server is not None else {}  # the key of the servers agl started
     published = published or run_dir / "published"
     backend: RemoteAdapterEngine | RemoteWeightsEngine
     if policy.config.lora:
-        backend = RemoteAdapterEngine(url, policy, published, server=server)
+        backend = RemoteAdapterEngine(url, policy, published, server=server, headers=headers)
     else:
         served_url = url
 
         def verify() -> None:  # each reload must serve the trainer's log-probs on every server, or the run stops
-            for each in engine_urls(served_url, server):
-                check_served_logprobs(each, checked, [(backend.served_name("default"), None)])
+            urls = engine_urls(served_url, server)
+            check_servers(urls, checked, [(backend.served_name("default"), None)], headers=headers)
 
         # the weights the update changed: verl's actor's (gathered on its rank 0), else the model trained here
         save_policy = getattr(policy, "save_pretrained", None)
@@ -243,7 +246,7 @@ def open_remote_engine(
             def save_weights(target: Path) -> object:
                 return trained.save_pretrained(target, safe_serialization=True)
 
-        backend = RemoteWeightsEngine(url, save_weights, published, server=server, verify=verify)
+        backend = RemoteWeightsEngine(url, save_weights, published, server=server, verify=verify, headers=headers)
         if sharing is not None:  # after a level-2 sleep vLLM's weights are gone: loaded again as it wakes
             sharing.restore = backend.reload
     stack.callback(backend.close)
@@ -251,7 +254,7 @@ def open_remote_engine(
     agents = {adapter: agent for agent, adapter in sorted(policy.agent_adapters.items(), reverse=True)}
     adapters = backend.adapter_names() if isinstance(backend, RemoteAdapterEngine) else ["default"]
     served = [(backend.served_name(a), agents.get(a)) for a in adapters]
-    for each in engine_urls(url, server):  # every node's server serves the trainer's weights
-        for result in check_served_logprobs(each, checked, served):
-            console.print(f"  log-prob check · {each} · {result.line()}", style="dim")
+    # every node's server serves the trainer's weights
+    for each, result in check_servers(engine_urls(url, server), checked, served, headers=headers):
+        console.print(f"  log-prob check · {each} · {result.line()}", style="dim")
     return backend, url, where

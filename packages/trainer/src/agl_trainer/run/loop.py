@@ -153,10 +153,13 @@ class TrainingRun:
         admin_file.touch(mode=0o600)
         admin_file.chmod(0o600)  # a file left by an earlier run keeps its mode otherwise
         admin_file.write_text(admin_token)
+        # the engine's key reaches the proxy in its environment, never on a command line
+        engine_key = {"AGL_UPSTREAM_API_KEY": self.upstream_key} if self.upstream_key else {}
         self.server: ServerProcess = start_server(
             self.run_dir,
             upstream=upstream,
             extra_args=["--log-level=warning", f"--admin-token-file={admin_file}", *sampling, *more],
+            env=engine_key,
         )
         stack.callback(self.server.stop)
         for i in range(cfg.workers):
@@ -197,6 +200,7 @@ class TrainingRun:
         self.policy, self.inference, self.weights_lock = opened.policy, opened.inference, opened.weights_lock
         self.upstream_model, self.sharing, self._sync_engine = opened.upstream_model, opened.sharing, opened.sync_engine
         self.fleet = opened.fleet
+        self.upstream_key = opened.upstream_key
         return opened.upstream, opened.where
 
     def _publish(self, step: int, **metadata: Any) -> None:

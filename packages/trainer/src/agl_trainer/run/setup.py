@@ -6,7 +6,9 @@ whether rollouts may overlap updates (`max_staleness`)."""
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import os
+import secrets
 from collections.abc import Callable
 from contextlib import ExitStack
 from dataclasses import dataclass
@@ -43,6 +45,8 @@ class Backends:
     where: str  # a description of the engine, for the run's first line
     # on several nodes, the servers agl started on each (the proxy routes over all; a lost one leaves its rotation)
     fleet: EngineFleet | None = None
+    # the key the engine's servers ask for (agl_vllm_gate), which the proxy sends them: `AGL_UPSTREAM_API_KEY`
+    upstream_key: str | None = None
 
 
 def gpu_plan(config: TrainConfig, run_dir: Path, console: Console) -> RunPlan | None:
@@ -176,6 +180,7 @@ def open_backends(
             upstream=upstream,
             where=where,
             fleet=vllm if isinstance(vllm, EngineFleet) else None,
+            upstream_key=backend.headers.get("Authorization", "").removeprefix("Bearer ") or None,
         )
     sync_engine: Callable[[], None] | None = None
     if cfg.trainer == "verl":  # the embedded engine generates with `model`, which verl's update leaves as it was
@@ -255,6 +260,9 @@ def start_vllm_first(
     hardware = plan.hardware if plan.hardware is not None else detect_hardware_or_fail()
     request = PlanRequest(cfg, hardware)
     settings = vllm_settings(request, path, plan.shape, plan.layout, plan.longest, python, template)
+    # every route of every server asks for the run's key (agl_vllm_gate): on a cluster each listens on its node's
+    # address, where sleep, wake and weight reloads were open to anyone who reached it
+    settings = dataclasses.replace(settings, api_key=secrets.token_urlsafe(32))
     server: VLLMServer | EngineFleet
     if hardware.node_ids:
         server = start_fleet(settings, plan, hardware, console)
@@ -264,7 +272,9 @@ def start_vllm_first(
     sharing = None
     if plan.layout.mode == "colocated":
         servers = server if isinstance(server, EngineFleet) else None
-        sharing = Colocation(server.url, _NoPolicyYet(), level=1 if cfg.policy.lora else 2, servers=servers)
+        sharing = Colocation(
+            server.url, _NoPolicyYet(), level=1 if cfg.policy.lora else 2, servers=servers, headers=server.headers
+        )
         stack.callback(sharing.close)
         sharing.sleep_engine()
     return server, sharing

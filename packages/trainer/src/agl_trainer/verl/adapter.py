@@ -17,8 +17,21 @@ from __future__ import annotations
 
 import json
 import math
+import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
+
+
+@contextmanager
+def fresh_adapter_folder(
+    model_path: str | Path, *, rank: int, alpha: int, targets: list[str], seed: int
+) -> Iterator[Path]:
+    """`write_fresh_adapter` into a folder of its own, deleted on leaving: verl reads it only while it builds the
+    model (`FSDPEngine._build_lora_module`), and each rank of each run wrote one that stayed in the temp folder."""
+    with tempfile.TemporaryDirectory(prefix="agl-fresh-adapter-") as folder:
+        yield write_fresh_adapter(model_path, folder, rank=rank, alpha=alpha, targets=targets, seed=seed)
 
 
 def write_fresh_adapter(

@@ -58,27 +58,24 @@ class AglActorWorker(ActorRolloutRefWorker):  # type: ignore[misc]
     @register(dispatch_mode=Dispatch.ONE_TO_ALL)  # type: ignore[untyped-decorator,unused-ignore]
     def init_model(self) -> None:
         """verl's, after writing the fresh fp32 LoRA adapter it is to load when asked to (`FRESH_ADAPTER_ENV`):
-        every rank writes the same one (same seed) to a folder of its own, so no node needs another's disk."""
+        every rank writes the same one (same seed) to a folder of its own, so no node needs another's disk, and
+        deletes it once verl has built the model from it."""
         seed = os.environ.get(FRESH_ADAPTER_ENV)
         model = self.config.model
-        if seed is not None and int(model.get("lora_rank") or 0) > 0 and not model.get("lora_adapter_path"):
-            import tempfile
+        if seed is None or int(model.get("lora_rank") or 0) <= 0 or model.get("lora_adapter_path"):
+            super().init_model()
+            return
+        from omegaconf import open_dict
 
-            from omegaconf import open_dict
+        from agl_trainer.verl.adapter import fresh_adapter_folder
 
-            from agl_trainer.verl.adapter import write_fresh_adapter
-
-            folder = write_fresh_adapter(
-                model.path,
-                tempfile.mkdtemp(prefix="agl-fresh-adapter-"),
-                rank=int(model.lora_rank),
-                alpha=int(model.lora_alpha),
-                targets=list(model.target_modules),
-                seed=int(seed),
-            )
+        targets = list(model.target_modules)
+        with fresh_adapter_folder(
+            model.path, rank=int(model.lora_rank), alpha=int(model.lora_alpha), targets=targets, seed=int(seed)
+        ) as folder:
             with open_dict(self.config.model):
                 self.config.model.lora_adapter_path = str(folder)
-        super().init_model()
+            super().init_model()
 
     @register(dispatch_mode=Dispatch.ONE_TO_ALL)  # type: ignore[untyped-decorator,unused-ignore]
     def parameter_dtypes(self) -> dict[str, list[str]]:
