@@ -182,3 +182,15 @@ def test_the_cli_takes_headroom_gib_and_refuses_a_bad_one(tmp_path: Path) -> Non
     ok = subprocess.run([*common, "--headroom-gib", "5"], capture_output=True, text=True, timeout=300)
     assert ok.returncode == 0, ok.stderr[-2000:]
     assert '"headroom_gib": 5.0' in ok.stdout
+
+
+def test_a_runs_headroom_is_the_configs(tmp_path: Path) -> None:
+    """`agl train --headroom-gib` sets the config's, which the run's own plan (agl_trainer.run.setup.plan_request)
+    keeps as `agl train --plan` does."""
+    from agl_trainer.run.setup import plan_request
+
+    req = request("Qwen2.5-1.5B-Instruct", EIGHT, tmp_path)
+    config = dataclasses.replace(req.config, headroom_gib=6.5)
+    p = make_plan(plan_request(config, EIGHT))
+    assert p["memory"]["headroom_gib"] == 6.5
+    assert p["memory"]["fill_limit_gib"] == pytest.approx(0.92 * 80 - 6.5, abs=0.01)

@@ -101,6 +101,7 @@ def _read_tasks(path: str, what: str) -> list[object]:
     "trainer_workers",
     "ray_address",
     "rollout_gpus",
+    "headroom_gib",
     "checkpoint_dir",
     "lr",
     "full_finetune",

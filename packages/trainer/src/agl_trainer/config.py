@@ -91,6 +91,9 @@ class TrainConfig:
     # on GPUs with --engine vllm: GPUs of each node kept for vLLM (0: vLLM shares every GPU with the trainer, in
     # sleep mode during updates; agl_trainer.plan.layout)
     rollout_gpus: int = 0
+    # on GPUs: GiB of each GPU's usable memory the plan's estimate of the update leaves free (checked only on a CPU,
+    # in fp32 without flash-attn, until a GPU measures it; agl_trainer.plan.build.fill_limit)
+    headroom_gib: float = 3.0
     # where checkpoints go (default: <run_dir>/checkpoints); with verl on several nodes every rank writes its shards
     # there, so it must be a folder every node mounts at the same path
     checkpoint_dir: Path | None = None

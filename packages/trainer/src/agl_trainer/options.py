@@ -108,6 +108,11 @@ SPECS: dict[str, Spec] = {
             "during updates.",
         ),
         Spec(
+            "headroom_gib",
+            "GiB of each GPU's usable memory (0.92 of it) the plan's estimate of the update leaves free (default 3: "
+            "the estimate is checked only on a CPU, in fp32 without flash-attn; 0 fills what is usable).",
+        ),
+        Spec(
             "log_to",
             "Experiment trackers that also get the metrics, curve and eval samples: mlflow, tensorboard, wandb "
             "(comma-separated; each an optional extra: pip install 'agl-trainer[trackers]').",

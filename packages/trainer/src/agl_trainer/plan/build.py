@@ -32,7 +32,7 @@ from agl_trainer.plan.tool_parsers import tool_parser
 USABLE_FRACTION = 0.92  # of a GPU's memory a plan may use: the rest absorbs what the estimate does not model
 # kept free below that, on top, until the estimate is measured on a GPU; vLLM's own share is not an estimate
 # (vLLM sizes its KV cache to fit it), so the phases it fills are held to the usable memory alone
-DEFAULT_HEADROOM_GIB = 3.0
+DEFAULT_HEADROOM_GIB = TrainConfig.headroom_gib  # the config's default
 HEADROOM_WHY = (
     "the update's estimate has been checked only against verl's worker on a CPU, in fp32 and without flash-attn; "
     "bf16, flash-attn's kernels and the CUDA allocator only a GPU measurement can confirm"
@@ -53,7 +53,11 @@ class PlanRequest:
     rollout_gpus: int | None = None
     verl_overrides: dict[str, Any] = dataclasses.field(default_factory=dict)
     flash_attention: bool | None = None  # None: whether flash-attn imports here
-    headroom_gib: float = DEFAULT_HEADROOM_GIB  # kept free below the usable memory (--headroom-gib)
+    headroom_gib: float | None = None  # kept free below the usable memory; None: the config's (--headroom-gib)
+
+    @property
+    def headroom(self) -> float:
+        return float(self.config.headroom_gib if self.headroom_gib is None else self.headroom_gib)
 
 
 def usable_gib(hardware: Hardware) -> float:
@@ -64,7 +68,7 @@ def fill_limit(req: PlanRequest) -> float:
     """What the estimated phases may fill on one GPU: the usable memory less the headroom; a headroom that is
     negative or leaves nothing is refused by its option's name."""
     usable = usable_gib(req.hardware)
-    headroom = req.headroom_gib
+    headroom = req.headroom
     if not 0 <= headroom < usable:  # NaN fails too
         raise ValueError(
             f"--headroom-gib {headroom:g} must be at least 0 and less than the {usable:.1f} GiB usable of a "
@@ -488,7 +492,7 @@ def plan_run(req: PlanRequest) -> tuple[dict[str, Any], RunPlan]:
         "memory": {
             "gpu_memory_gib": hw.gpu_memory_gib,
             "usable_gib": round(usable_gib(hw), 2),
-            "headroom_gib": req.headroom_gib,
+            "headroom_gib": req.headroom,
             "headroom_why": HEADROOM_WHY,
             # the update's phases fill at most this; vLLM's own share is held to the usable memory alone
             "fill_limit_gib": round(fill, 2),
@@ -532,7 +536,7 @@ def _vllm_knob(shape: ModelShape, hw: Hardware, layout: Layout, longest: int) ->
 def _knob(req: PlanRequest, shape: ModelShape, layout: Layout, longest: int, peak: float, limit: float) -> str:
     """What would make a plan that does not fit fit, tried in the order a user would try them."""
     cfg, hw = req.config, req.hardware
-    kept = f" ({usable_gib(hw):.1f} less a {req.headroom_gib:g} GiB headroom)" if limit < usable_gib(hw) else ""
+    kept = f" ({usable_gib(hw):.1f} less a {req.headroom:g} GiB headroom)" if limit < usable_gib(hw) else ""
     head = f"needs {peak:.1f} GiB on a GPU, {limit:.1f} GiB usable of {hw.gpu_memory_gib:g}{kept}"
     if cfg.trainer == "verl":
         per_node = hw.gpus_per_node - (req.rollout_gpus or 0)

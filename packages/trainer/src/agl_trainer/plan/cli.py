@@ -13,7 +13,7 @@ from agl_trainer.plan.hardware import Hardware, detect
 
 F = TypeVar("F", bound=Callable[..., Any])
 
-PLAN_FLAGS = ("plan", "gpus_per_node", "nodes", "gpu_memory_gib", "headroom_gib", "verl_set")
+PLAN_FLAGS = ("plan", "gpus_per_node", "nodes", "gpu_memory_gib", "verl_set")
 
 
 def plan_options(fn: F) -> F:
@@ -33,12 +33,6 @@ def plan_options(fn: F) -> F:
             "--gpu-memory-gib",
             type=click.FloatRange(min=1),
             help="--plan: memory per GPU in GiB (default: this one's, else 80).",
-        ),
-        click.option(
-            "--headroom-gib",
-            type=float,  # its range depends on the GPU: the plan refuses a bad one by this option's name
-            help="--plan: GiB of each GPU's usable memory (0.92 of it) the update's estimate leaves free (default 3:"
-            " the estimate is checked only on a CPU, in fp32 without flash-attn; 0 fills what is usable).",
         ),
         click.option(
             "--verl-set",
@@ -71,10 +65,7 @@ def print_plan(config: Any, plan_flags: dict[str, Any]) -> None:
         # a recipe names only the keys it sizes for; the rest is detected (resolve takes None)
         hardware = resolve(plan_flags.get("gpus_per_node"), plan_flags.get("nodes"), plan_flags.get("gpu_memory_gib"))
         overrides = parse_overrides(list(config.verl_set))
-        headroom = plan_flags.get("headroom_gib")
         req = PlanRequest(config, hardware, rollout_gpus=config.rollout_gpus or None, verl_overrides=overrides)
-        if headroom is not None:
-            req.headroom_gib = headroom
         plan = make_plan(req)
     except (ValueError, FileNotFoundError) as exc:
         raise click.ClickException(str(exc)) from exc
