@@ -68,6 +68,7 @@ def _estimate(model_path: Path, policy: Any, tokens: int) -> dict[str, float]:
         read_shape(model_path),
         tokens,
         ranks=policy.workers,
+        fsdp=True,  # verl's actor: FSDP2 gathers compute copies of the layers in flight at any number of ranks
         lora=config.lora,
         lora_rank=config.lora_rank,
         lora_targets=tuple(config.lora_targets),

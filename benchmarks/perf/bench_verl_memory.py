@@ -84,6 +84,7 @@ def estimate(tokens: int, *, full: bool, checkpointing: bool) -> dict[str, float
     setup = UpdateSetup(
         shape,
         tokens,
+        fsdp=True,  # verl's actor, as the plan charges it: FSDP2's gathered copies at one rank too
         lora=not full,
         compute_bytes=4,
         gradient_checkpointing=checkpointing,
