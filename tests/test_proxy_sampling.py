@@ -103,3 +103,64 @@ def test_logprobs_false_still_stores_the_log_probs_and_the_agent_gets_none(
         (call, other) = stored(client, rollout_id)
     assert call.trainable and call.logprobs is not None and len(call.logprobs) == len(call.response_ids or [])
     assert asked.choices[0].logprobs is not None and other.logprobs is not None
+
+
+def test_the_run_samples_the_training_calls_of_the_agents_it_owns(tmp_path: Path, upstream: str) -> None:
+    """`--own-sampling-for` (agl train sets it): a trained agent's greedy, truncated call (Aider and BeeAI send
+    `temperature: 0`) goes to the engine at the run's temperature without its top-p, is stored trainable with what
+    the agent asked kept in its request, and the server says once per agent that it overrode it. Another agent's
+    calls, and evaluation calls, are sent as before."""
+    from agl.common.attributes import HEADER_AGENT
+
+    server = start_server(
+        tmp_path / "run",
+        upstream=upstream,
+        extra_args=["--temperature=0.6", "--eval-temperature=0", "--own-sampling-for=coder,*Planner"],
+    )
+    say = {"role": "system", "content": "agl-say: sampled at {temperature} top_p {top_p}"}
+    try:
+        with Client(server.url) as client:
+            rollout_id, base = attempt_url(server, client, "train")
+            llm = openai.OpenAI(base_url=base, api_key="k", max_retries=0)
+
+            def ask(agent: str | None, **kw: Any) -> str:
+                headers = {HEADER_AGENT: agent} if agent else {}
+                answer = llm.chat.completions.create(
+                    model="m", messages=[say, {"role": "user", "content": "hi"}], extra_headers=headers, **kw
+                )
+                return str(answer.choices[0].message.content)
+
+            owned = [ask("coder", temperature=0, top_p=0.5), ask("Senior Planner", temperature=0), ask("coder")]
+            other = ask("judge", temperature=0)
+            unnamed = ask(None, temperature=0, top_p=0.5)
+            eval_id, eval_base = attempt_url(server, client, "eval")
+            evaluated = openai.OpenAI(base_url=eval_base, api_key="k", max_retries=0).chat.completions.create(
+                model="m", messages=[say], extra_headers={HEADER_AGENT: "coder"}, temperature=0.9
+            )
+            calls = stored(client, rollout_id)
+    finally:
+        server.stop()
+    assert owned == ["sampled at 0.6 top_p None"] * 3
+    assert [other, unnamed] == ["sampled at 0 top_p None", "sampled at 0 top_p 0.5"]
+    assert evaluated.choices[0].message.content == "sampled at 0.0 top_p None"
+    assert [c.trainable for c in calls] == [True, True, True, False, False]
+    assert [c.temperature for c in calls] == [0.6, 0.6, 0.6, 0.0, 0.0]
+    assert calls[0].request["temperature"] == 0 and calls[0].request["top_p"] == 0.5  # what the agent asked
+    assert "sampled greedily" in (calls[3].not_trainable_reason or "")
+    log = server.log_path.read_text()
+    assert log.count("agent 'coder' asked for") == 1 and "temperature=0, top_p=0.5" in log
+    assert log.count("agent 'Senior Planner' asked for temperature=0;") == 1
+    assert "'judge'" not in log
+
+
+def test_a_bad_own_sampling_selection_is_refused_by_its_option(tmp_path: Path) -> None:
+    import subprocess
+    import sys
+
+    done = subprocess.run(
+        [sys.executable, "-m", "agl.cli.main", "serve", f"--run-dir={tmp_path}", "--own-sampling-for=a,*,b"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 2 and "--own-sampling-for" in done.stderr and "'*'" in done.stderr

@@ -387,3 +387,33 @@ def test_llm_call_counts_tell_bypassing_from_silent_rollouts() -> None:
 
     counts = llm_call_counts([rollout(2, 0), rollout(1, 3), rollout(0, 0), rollout(0, 2)])
     assert counts == {"bypassed_llm_calls": 3, "rollouts_only_bypassing": 1, "rollouts_without_llm_calls": 1}
+
+
+@pytest.mark.parametrize("keep_agent_sampling", [False, True])
+def test_the_run_owns_the_sampling_of_a_greedy_agent(tmp_path: Path, keep_agent_sampling: bool) -> None:
+    """An agent that sends `temperature: 0` and a top-p (Aider, BeeAI): by default its training calls are sampled
+    at the run's temperature and train; with `keep_agent_sampling` they are sent as asked, stored not trainable,
+    and the step says why it dropped them."""
+    import dataclasses
+
+    model = build_tiny_llama(tmp_path / "tiny")
+    run_dir = tmp_path / "run"
+    cfg = dataclasses.replace(
+        config(run_dir, model, steps=1),
+        agent=AGENT.replace("parity_agent", "greedy_agent"),
+        temperature=0.8,
+        eval_tasks=["e1"],
+        keep_agent_sampling=keep_agent_sampling,
+    )
+    TrainingRun(cfg).run()
+    (row,) = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines() if '"train"' in line]
+    with Store(run_dir) as store:
+        rollouts, _ = store.list_rollouts(limit=100)
+        calls = [c for d in store.rollout_details([r.id for r in rollouts if r.mode == "train"]) for c in d.llm_calls]
+    assert len(calls) == 8 and all(c.request["temperature"] == 0 and c.request["top_p"] == 0.9 for c in calls)
+    if keep_agent_sampling:
+        assert not any(c.trainable for c in calls) and {c.temperature for c in calls} == {0.0}
+        assert row["transitions"] == 0 and any("sampled greedily" in k for k in row["dropped_calls"]), row
+    else:
+        assert all(c.trainable for c in calls) and {c.temperature for c in calls} == {0.8}
+        assert row["transitions"] == 8

@@ -48,3 +48,14 @@ def graded_duo_agent(task: Any, llm: agl.LLM) -> float:
     rewards from a tiny random model, a step of two groups of four did now and then, and trained on nothing)."""
     _speaker_and_listener(task, llm)
     return random.random()
+
+
+@agl.rollout
+def greedy_agent(task: Any, llm: agl.LLM) -> float:
+    """`parity_agent` sending its call greedily and truncated, as Aider and BeeAI do (`temperature: 0`, top-p)."""
+    client = llm.openai_client(max_retries=0)
+    with agl.agent("speaker"):
+        reply = client.chat.completions.create(
+            model=llm.model, messages=[{"role": "user", "content": str(task)}], max_tokens=6, temperature=0, top_p=0.9
+        )
+    return float(len(reply.choices[0].message.content or "") % 2 == 0)

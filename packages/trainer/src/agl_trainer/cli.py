@@ -113,6 +113,7 @@ def _read_tasks(path: str, what: str) -> list[object]:
     "concurrency",
     "device",
     "temperature",
+    "keep_agent_sampling",
     "eval_temperature",
     "seed",
     "log_to",

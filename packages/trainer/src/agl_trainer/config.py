@@ -108,6 +108,9 @@ class TrainConfig:
     concurrency: int = 8
     max_batch: int = 16
     temperature: float = 1.0  # sampling temperature of training rollouts whose agent sets none
+    # send the trained agents' own sampling (temperature, top-p, ...) instead of the run's: their greedy or
+    # truncated calls are then stored not trainable (agl.server.run_sampling)
+    keep_agent_sampling: bool = False
     eval_temperature: float | None = None  # decoding of evaluation rollouts; None: `temperature` (0: greedy)
     seed: int = 0
     success_threshold: float = 1.0

@@ -141,7 +141,16 @@ SPECS: dict[str, Spec] = {
         Spec("workers", "Worker processes."),
         Spec("concurrency", "Rollouts at once per worker."),
         Spec("device", "cpu, cuda, ... or auto."),
-        Spec("temperature", "Sampling temperature of training rollouts (when the agent sets none)."),
+        Spec(
+            "temperature",
+            "Sampling temperature of training rollouts: every training call of a trained agent is sampled at it,"
+            " without top-p, top-k or penalties, whatever the agent asks (the trainer owns the sampling).",
+        ),
+        Spec(
+            "keep_agent_sampling",
+            "Send the trained agents' own sampling instead (their greedy or truncated calls are stored not trainable).",
+            is_flag=True,
+        ),
         Spec("eval_temperature", "Decoding of evaluation rollouts (0: greedy; unset: the --temperature).", type=float),
         Spec("seed", "Random seed of task order and sampling."),
         Spec("resume", "Continue from the run directory's latest checkpoint.", is_flag=True),

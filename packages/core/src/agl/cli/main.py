@@ -13,7 +13,7 @@ import click
 
 from agl._version import __version__
 from agl.cli.secrets import forbid_dumping, read_token_file, token_options
-from agl.cli.serve_options import engine_admission, upstream_limits
+from agl.cli.serve_options import engine_admission, run_selection, sampling_ownership, upstream_limits
 from agl.learn.selection import AgentSelection
 
 log = logging.getLogger("agl.worker")
@@ -123,6 +123,7 @@ def cli() -> None:
     default=None,
     help="Send every call of an evaluation rollout with this temperature (e.g. 0: greedy), whatever the agent asks.",
 )
+@sampling_ownership
 @click.option(
     "--upstream-timeout",
     type=click.FloatRange(min=1),
@@ -232,6 +233,7 @@ def serve(
     token_ids: str,
     temperature: float,
     eval_temperature: float | None,
+    own_sampling_for: str | None,
     upstream_timeout: float,
     upstream_connections: int,
     upstream_max_answer_mb: float,
@@ -296,6 +298,7 @@ def serve(
             token_ids=token_ids,
             temperature=temperature,
             eval_temperature=eval_temperature,
+            own_sampling=None if own_sampling_for is None else run_selection(own_sampling_for),
             timeout_s=upstream_timeout,
             max_connections=upstream_connections,
             max_answer_bytes=int(upstream_max_answer_mb * 1024 * 1024),

@@ -1,13 +1,16 @@
-"""Option groups of `agl serve` (agl.cli.main): what an upstream's answer may cost, and who may add engines and
-which (agl.server.engine_admission)."""
+"""Option groups of `agl serve` (agl.cli.main): what an upstream's answer may cost, who may add engines and
+which (agl.server.engine_admission), and whose sampling the run owns (agl.server.run_sampling)."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
+
+if TYPE_CHECKING:
+    from agl.learn.selection import AgentSelection
 
 F = Callable[..., Any]
 
@@ -74,3 +77,25 @@ engine_admission = _group(
         help="Send --upstream-api-key to engines added at run time too (by default only to those given with --upstream).",
     ),
 )
+
+
+sampling_ownership = _group(
+    click.option(
+        "--own-sampling-for",
+        "own_sampling_for",
+        metavar="AGENTS",
+        help="Sample these agents' training calls at --temperature, without their top-p, top-k, penalties or logit"
+        " bias, whatever they ask ('*': every agent; names or patterns as in --agents): the trainer owns the"
+        " sampling. agl train sets it to its selection.",
+    ),
+)
+
+
+def run_selection(value: str) -> AgentSelection:
+    """`--own-sampling-for`'s agents: as a training selection reads them ('*' or empty: every agent)."""
+    from agl.learn.selection import AgentSelection
+
+    try:
+        return AgentSelection.parse(value)
+    except ValueError as exc:
+        raise click.BadParameter(str(exc), param_hint="--own-sampling-for") from exc

@@ -30,7 +30,7 @@ from agl.store import new_id
 # Sampling parameters that change the distribution a response is drawn from beyond the temperature, with the
 # value that leaves it alone. agl trains on softmax(logits / T): a sample drawn from a truncated or penalised
 # distribution is not a sample of that policy, so such calls are stored as not trainable (in train rollouts).
-_NEUTRAL_SAMPLING: dict[str, tuple[Any, ...]] = {
+NEUTRAL_SAMPLING: dict[str, tuple[Any, ...]] = {
     "top_p": (None, 1, 1.0),
     "top_k": (None, 0, -1),
     "min_p": (None, 0, 0.0),
@@ -45,7 +45,7 @@ def untrainable_sampling(body: dict[str, Any], temperature: float | None) -> str
     """Why a response sampled with these parameters is not a sample of the policy agl trains, or None."""
     if temperature is not None and temperature <= 0:
         return "sampled greedily (temperature 0): not a sample of the policy's distribution"
-    for key, neutral in _NEUTRAL_SAMPLING.items():
+    for key, neutral in NEUTRAL_SAMPLING.items():
         value = body.get(key)
         if value not in neutral:
             return f"sampled with {key}={value!r}: agl trains the temperature-scaled distribution only"
@@ -93,6 +93,8 @@ class CallRecord:
         self.asked_token_ids = False
         self.mode = "train"
         self.temperature: float | None = None  # the temperature the backend was asked to sample with
+        # sampled as the run says, not as the agent asked (UpstreamConfig.own_sampling): its request keeps the ask
+        self.sampling_owned = False
         # the agent said `"logprobs": false`: agl still asks the backend (training needs them) and takes them
         # out of the answer the agent gets
         self.strip_logprobs = request_body.get("logprobs") is False
@@ -246,7 +248,7 @@ class CallRecord:
         elif int(self.request.get("n") or 1) != 1:
             reason = "n > 1: only the first choice is stored"
         elif self.mode == "train":
-            reason = untrainable_sampling(self.request, self.temperature)
+            reason = untrainable_sampling({} if self.sampling_owned else self.request, self.temperature)
         usage = self.usage or {
             "prompt_tokens": len(self.prompt_ids or []),
             "completion_tokens": len(self.response_ids or []),

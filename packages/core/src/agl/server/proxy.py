@@ -41,6 +41,7 @@ from agl.server.engines import Engine, EngineRouter
 from agl.server.errors import openai_error as openai_error  # where the routes find it
 from agl.server.relay import BadAnswer, RelayResponse, error_message, hung_up, read_capped, take_event
 from agl.server.request_cost import OFF_LOOP_BYTES
+from agl.server.run_sampling import RunSampling
 from agl.server.upstream_config import UpstreamConfig as UpstreamConfig  # where every caller finds it
 from agl.store import Store
 
@@ -72,10 +73,10 @@ class LLMProxy:
         self.engines = EngineRouter([u for u in (upstream.base_url, *upstream.more_urls) if u])
         self.instance = secrets.token_hex(8)  # names this server in the via header of what it sends
         self.gate = CallGate(self.meter)  # closed by a trainer while it changes weights in place (call_gate)
+        self.sampling = RunSampling(upstream)  # the run's sampling in place of a trained agent's (--own-sampling-for)
         self._token_ids_rejected = upstream.token_ids == "never"
         self._session: aiohttp.ClientSession | None = None
-        # what the upstream serves (its /v1/models), asked at the first call and again at most every 30 s while it
-        # does not answer: an app's own model names (gpt-4o) mean nothing to a vLLM serving one model
+        # what the upstream serves (/v1/models), asked at the first call and every 30 s at most until it answers
         self.upstream_models: list[str] | None = None
         self._models_asked_at = -1e9
         self._models_probe: asyncio.Future[None] | None = None  # the upstream being asked for its models
@@ -84,9 +85,8 @@ class LLMProxy:
         # aiohttp, not httpx: httpx's connection pool scans every connection on each request, which made it
         # most of the proxy's CPU time at concurrency 32. Created on first use: a session needs a running loop.
         if self._session is None:
-            # aiohttp's `connect` timeout also counts the wait for a free pooled connection: at 10 s, calls past the
-            # pool's size failed with 502 against a healthy upstream. The wait is bounded by the upstream timeout
-            # instead; opening the TCP connection itself keeps a short one.
+            # aiohttp's `connect` timeout counts the wait for a pooled connection (at 10 s, calls past the pool's
+            # size failed with 502): that wait is bounded by the upstream timeout, the TCP connect by a short one
             limit = self.upstream.max_connections
             self._session = aiohttp.ClientSession(
                 connector=aiohttp.TCPConnector(limit=limit, limit_per_host=0, keepalive_timeout=60),
@@ -189,6 +189,8 @@ class LLMProxy:
         temperature = payload.get("temperature")
         if rec.mode == "eval" and self.upstream.eval_temperature is not None:
             temperature = self.upstream.eval_temperature
+        elif rec.mode == "train" and (owned := self.sampling.apply(payload, rec)) is not None:
+            temperature = owned
         elif isinstance(temperature, bool) or not isinstance(temperature, (int, float)):
             temperature = self.upstream.temperature
         if temperature is not None:
@@ -440,8 +442,7 @@ class LLMProxy:
         return resp.status, content, await off_loop_if_large(json_or_none, content)
 
     async def _complete(self, rec: CallRecord, seq_header: dict[str, str], request: Request) -> Response:
-        # The agent may give up while the backend works (a client timeout): its call must not be stored as
-        # if it had been answered, so the wait for the backend races the agent's hang-up.
+        # the wait for the backend races the agent's hang-up: a call it gave up on is not stored as answered
         fetch = asyncio.ensure_future(self._fetch(rec))
         hangup = asyncio.ensure_future(hung_up(request))
         await asyncio.wait((fetch, hangup), return_when=asyncio.FIRST_COMPLETED)

@@ -28,7 +28,7 @@ Script, first rule that matches:
    `expression` gets `<int><op><int>` from the last user message, other string parameters the last user
    message itself;
 4. a system message says `agl-say: <text>` → that text, `{tool}` replaced by the last tool result and
-   `{temperature}` by the request's temperature (`None` when it sets none);
+   `{temperature}` and `{top_p}` by the request's (`None` when it sets none);
 5. the last message is a tool result → "The answer is {tool result}";
 6. tools are offered and the last user message holds `<int> <op> <int>` → a call of the first tool with
    `{"expression": "<int><op><int>"}`, finish reason `tool_calls`;
@@ -238,6 +238,7 @@ class _Reply:
         elif say:
             temperature = request.get("temperature")
             text = say.group(1).strip().replace("{tool}", last_tool).replace("{temperature}", str(temperature))
+            text = text.replace("{top_p}", str(request.get("top_p")))
         elif last.get("role") == "tool":
             text = f"The answer is {hermes.message_text(last.get('content'))}"
         elif tools and arithmetic and last.get("role") == "user":

@@ -145,6 +145,9 @@ class TrainingRun:
         # each transition's log-probs at the temperature its response was sampled with.
         eval_temperature = cfg.temperature if cfg.eval_temperature is None else cfg.eval_temperature
         sampling = [f"--temperature={cfg.temperature}", f"--eval-temperature={eval_temperature}"]
+        if not cfg.keep_agent_sampling:  # the trained agents' calls are sampled as the run says (run_sampling)
+            owned = "*" if self.selection.agents is None else ",".join(sorted(self.selection.agents))
+            sampling.append(f"--own-sampling-for={owned}")
         # on several nodes the proxy routes over every node's server (agl.server.engines)
         more = [f"--upstream={url}" for url in (self.fleet.urls()[1:] if self.fleet else [])]
         # the engine routes need a token even on loopback: the trainer's own, in a file only its user reads
