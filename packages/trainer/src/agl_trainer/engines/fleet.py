@@ -204,18 +204,25 @@ class EngineFleet:
 
     def check_alive(self) -> None:
         """Report and drop the servers that have stopped; raise EngineError when none is left."""
+        for member, problem in self._problems():
+            if problem is not None:
+                self._lose(member, problem)
+        if not self.members:
+            raise EngineError(self._none_left())
+
+    def _problems(self) -> list[tuple[Member, str | None]]:
+        """Each member and why it is not serving (None: it is). Asked of every node's actor at once."""
         import ray
 
         problems = {id(m): m.actor.problem.remote() for m in self.members}
+        out: list[tuple[Member, str | None]] = []
         for member in list(self.members):
             try:
                 problem = ray.get(problems[id(member)], timeout=CHECK_TIMEOUT_S)
             except Exception as exc:  # the actor is gone (its node with it), or does not answer
                 problem = f"its Ray actor is lost ({_cause(exc)}): the node may have left the cluster"
-            if problem is not None:
-                self._lose(member, problem)
-        if not self.members:
-            raise EngineError(self._none_left())
+            out.append((member, problem))
+        return out
 
     def _lose(self, member: Member, problem: str) -> None:
         self.members.remove(member)
@@ -238,9 +245,13 @@ class EngineFleet:
 
     def stop(self) -> None:
         """Stop every server (the lost ones' actors too), then their actors."""
+        self._stop_members([*self.members, *self._retired])
+        self.members, self._retired = [], []
+
+    def _stop_members(self, members: Sequence[Member]) -> None:
         import ray
 
-        actors = [m.actor for m in (*self.members, *self._retired)]
+        actors = [m.actor for m in members]
         refs = [a.stop.remote() for a in actors]
         for ref in refs:
             try:
@@ -252,7 +263,6 @@ class EngineFleet:
                 ray.kill(actor)
             except Exception:
                 pass
-        self.members, self._retired = [], []
 
 
 def label(node: str) -> str:

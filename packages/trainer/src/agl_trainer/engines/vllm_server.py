@@ -26,6 +26,9 @@ own: `make vllm` builds `.venv-vllm` (found in the current directory or a parent
 - with data parallelism (`data_parallel` > 1), one API server per data-parallel rank (`--api-server-count`), all on
   the one port; but a single one when LoRA adapters are loaded at run time, which vLLM 0.32 refuses with more (each
   API server keeps its own table of loaded adapters: one loaded through one server would be unknown to the others).
+  The plan then runs a server per data-parallel rank instead (`split_per_gpu`: each of data parallel 1 on its own
+  GPUs, port and log), which agl's proxy routes over and every weight update reaches (agl_trainer.engines.local_servers
+  on one machine, agl_trainer.engines.fleet on a Ray cluster).
 
 **The command.** `python -m vllm.entrypoints.openai.api_server` is deprecated in vLLM 0.32 and runs one API server
 in front of all data-parallel engines; `vllm serve` runs `--api-server-count` of them (its default: one per rank).
@@ -55,6 +58,7 @@ restarted behind the user's back: if it dies, the next weight update says so and
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import shlex
@@ -234,6 +238,41 @@ def api_server_count(s: VLLMSettings) -> int:
     (vLLM 0.32's `vllm serve` refuses `VLLM_ALLOW_RUNTIME_LORA_UPDATING` with more than one: each server keeps its
     own table of loaded adapters)."""
     return 1 if s.lora_adapters else max(1, s.data_parallel)
+
+
+PER_GPU_WHY = (
+    "LoRA adapters are loaded at run time (VLLM_ALLOW_RUNTIME_LORA_UPDATING), which vLLM 0.32 refuses with more "
+    "than one API server (each would keep its own table of adapters): one server for all data-parallel ranks would "
+    "put every request of the node through one API process, so each rank gets a server of its own, and agl's "
+    "proxy routes over them"
+)
+
+
+def servers_per_node(s: VLLMSettings) -> int:
+    """How many vLLM servers serve what `s` describes: one per data-parallel rank when LoRA adapters are loaded at
+    run time with data parallelism (`split_per_gpu`), else one (full fine-tuning keeps one server with an API
+    server per rank, `api_server_count`)."""
+    return s.data_parallel if s.lora_adapters and s.data_parallel > 1 else 1
+
+
+def split_per_gpu(s: VLLMSettings) -> list[VLLMSettings]:
+    """The servers `s` runs as (`servers_per_node`): `s` itself, or one server per data-parallel rank, each of data
+    parallel 1 on its own `tensor_parallel` GPUs of the node (`gpu_ids`: a slice of `s.gpu_ids`, else of the
+    node's GPUs in order), with its own port (`s.port + i`, or a free one) and log (`vllm-gpu<first GPU>.log`)."""
+    n = servers_per_node(s)
+    if n == 1:
+        return [s]
+    tp = max(1, s.tensor_parallel)
+    ids = s.gpu_ids if s.gpu_ids is not None else tuple(range(n * tp))
+    if len(ids) < n * tp:
+        raise ValueError(f"{n} servers of {tp} GPU(s) need {n * tp} GPUs; vLLM was given {list(ids)}")
+    out = []
+    for i in range(n):
+        gpus = tuple(ids[i * tp : (i + 1) * tp])
+        log = s.log_path.with_name(f"{s.log_path.stem}-gpu{'-'.join(map(str, gpus))}{s.log_path.suffix}")
+        port = s.port + i if s.port else 0
+        out.append(dataclasses.replace(s, data_parallel=1, gpu_ids=gpus, port=port, log_path=log))
+    return out
 
 
 def vllm_env_changes(s: VLLMSettings, cpu_threads: int | None = None) -> dict[str, str]:

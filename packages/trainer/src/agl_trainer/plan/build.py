@@ -4,7 +4,8 @@ The plan is one JSON object:
 
 - `model`: the shape read from config.json (parameters, layers, vocabulary, family);
 - `placement`: the layout (colocated or split, and why) and the trainer's GPUs on each node;
-- `vllm`: each server's exact command line (`argv`) and the environment variables agl sets (`env`);
+- `vllm`: each server's exact command line (`argv`) and the environment variables agl sets (`env`), one server per
+  node, or one per data-parallel rank where LoRA needs it (`placement.vllm.servers_per_node`, `servers_why`);
 - `verl`: the profile, agl's settings and the whole config handed to verl, validated by verl's dataclasses;
 - `memory`: per GPU, each part of the update, each phase's total, `peak_gib_per_gpu` and `fits`, the headroom
   kept below the usable memory (`headroom_gib`, and why) and what the estimated phases may fill (`fill_limit_gib`);
@@ -257,32 +258,6 @@ def vllm_settings(
     )
 
 
-def _vllm_servers(
-    req: PlanRequest, path: Path, shape: ModelShape, layout: Layout, longest: int
-) -> list[dict[str, Any]]:
-    from agl_trainer.engines.vllm_server import VLLMNotFound, find_vllm_python, vllm_argv, vllm_env_changes
-
-    assert layout.vllm is not None
-    try:
-        python = str(find_vllm_python(req.config.vllm_python))
-    except VLLMNotFound:
-        python = "python"  # on the machine that runs it: an environment with vllm (make vllm)
-    renders = _template_renders_tools(path)
-    settings = vllm_settings(req, path, shape, layout, longest, python, None)
-    template = Path(req.config.run_dir) / "logs" / "vllm_chat_template.jinja" if renders is False else None
-    parser = tool_parser(shape, template_renders_tools=renders)
-    return [
-        {
-            "node": node,
-            "gpus": layout.vllm.gpus_per_server,
-            "tool_parser": dataclasses.asdict(parser),
-            "argv": vllm_argv(settings, python, "<free port>", template),
-            "env": vllm_env_changes(settings),
-        }
-        for node in range(layout.vllm.nodes)
-    ]
-
-
 def _verl(
     req: PlanRequest, path: Path, tokens: int, warnings: list[dict[str, str]], ranks_per_node: Sequence[int]
 ) -> dict[str, Any]:
@@ -456,6 +431,16 @@ def plan_run(req: PlanRequest) -> tuple[dict[str, Any], RunPlan]:
         reasons.append(_knob(req, shape, layout, longest, phases[worst], limits[worst]))
     fits = not reasons
     refusal = "; ".join(reasons) or None
+    servers: list[dict[str, Any]] = []
+    servers_per_node: dict[str, Any] = {}
+    if vllm and layout.vllm is not None:  # a server per data-parallel rank where LoRA needs it (plan.vllm_plan)
+        from agl_trainer.plan.vllm_plan import planned_servers
+
+        planned = planned_servers(req, path, shape, layout, longest)
+        servers = planned["servers"]
+        servers_per_node = {"servers_per_node": planned["per_node"]} | (
+            {"servers_why": planned["why"]} if "why" in planned else {}
+        )
     plan: dict[str, Any] = {
         "agl_plan": 1,
         "hardware": dataclasses.asdict(hw),
@@ -481,9 +466,9 @@ def plan_run(req: PlanRequest) -> tuple[dict[str, Any], RunPlan]:
             "mode": layout.mode,
             "why": layout.why,
             "gpus_per_node": layout.trainer_gpus_per_node,
-            "vllm": None if layout.vllm is None else dataclasses.asdict(layout.vllm),
+            "vllm": None if layout.vllm is None else {**dataclasses.asdict(layout.vllm), **servers_per_node},
         },
-        "vllm": _vllm_servers(req, path, shape, layout, longest) if vllm else [],
+        "vllm": servers,
         "verl": (
             _verl(req, path, tokens, warnings, layout.trainer_gpus_per_node if actors == 1 else [])
             if cfg.trainer == "verl"

@@ -23,9 +23,10 @@ from agl_trainer.config import TrainConfig
 from agl_trainer.engines.colocation import Colocation
 from agl_trainer.engines.embedded import BASE_MODEL, Engine
 from agl_trainer.engines.fleet import EngineFleet
+from agl_trainer.engines.local_servers import vllm_servers_here
 from agl_trainer.engines.remote import open_remote_engine
 from agl_trainer.engines.serving import EngineServer
-from agl_trainer.engines.vllm_server import VLLMServer, find_vllm_python
+from agl_trainer.engines.vllm_server import VLLMServer, find_vllm_python, servers_per_node, split_per_gpu
 from agl_trainer.models import load_model, load_tokenizer, pick_device
 from agl_trainer.plan.build import PlanRequest, RunPlan
 from agl_trainer.plan.hardware import Hardware
@@ -43,7 +44,8 @@ class Backends:
     sync_engine: Callable[[], None] | None
     upstream: str  # the URL the proxy forwards to
     where: str  # a description of the engine, for the run's first line
-    # on several nodes, the servers agl started on each (the proxy routes over all; a lost one leaves its rotation)
+    # the servers agl started on each node, or on each GPU of this one (engines.local_servers): the proxy routes
+    # over all; a lost one leaves its rotation
     fleet: EngineFleet | None = None
     # the key the engine's servers ask for (agl_vllm_gate), which the proxy sends them: `AGL_UPSTREAM_API_KEY`
     upstream_key: str | None = None
@@ -246,9 +248,10 @@ def start_vllm_first(
     config: TrainConfig, plan: RunPlan, path: Path, stack: ExitStack, console: Console
 ) -> tuple[VLLMServer | EngineFleet, Colocation | None]:
     """vLLM before the trainer's model: it refuses to start unless its share of the GPU is free. Planned on a Ray
-    cluster, one server on each of its GPU nodes (agl_trainer.engines.fleet); else one on this machine. On colocated
-    GPUs they then sleep until the trainer's first weights are written (agl_trainer.engines.colocation): the server(s),
-    and their turns with the trainer there."""
+    cluster, one server on each of its GPU nodes (agl_trainer.engines.fleet); else one on this machine, or one per
+    data-parallel rank where LoRA needs it (agl_trainer.engines.local_servers, a fleet to the rest of the run). On
+    colocated GPUs they then sleep until the trainer's first weights are written (agl_trainer.engines.colocation):
+    the server(s), and their turns with the trainer there."""
     from transformers import AutoTokenizer
 
     from agl_trainer.chat_format import engine_chat_template
@@ -266,6 +269,8 @@ def start_vllm_first(
     server: VLLMServer | EngineFleet
     if hardware.node_ids:
         server = start_fleet(settings, plan, hardware, console)
+    elif servers_per_node(settings) > 1:  # LoRA over data-parallel ranks: a server per rank (plan.vllm_plan)
+        server = vllm_servers_here(split_per_gpu(settings), console)
     else:
         server = VLLMServer(settings, console).start()
     stack.callback(server.stop)
