@@ -390,7 +390,9 @@ def test_llm_call_counts_tell_bypassing_from_silent_rollouts() -> None:
 
 
 @pytest.mark.parametrize("keep_agent_sampling", [False, True])
-def test_the_run_owns_the_sampling_of_a_greedy_agent(tmp_path: Path, keep_agent_sampling: bool) -> None:
+def test_the_run_owns_the_sampling_of_a_greedy_agent(
+    tmp_path: Path, keep_agent_sampling: bool, capsys: pytest.CaptureFixture[str]
+) -> None:
     """An agent that sends `temperature: 0` and a top-p (Aider, BeeAI): by default its training calls are sampled
     at the run's temperature and train; with `keep_agent_sampling` they are sent as asked, stored not trainable,
     and the step says why it dropped them."""
@@ -414,6 +416,9 @@ def test_the_run_owns_the_sampling_of_a_greedy_agent(tmp_path: Path, keep_agent_
     if keep_agent_sampling:
         assert not any(c.trainable for c in calls) and {c.temperature for c in calls} == {0.0}
         assert row["transitions"] == 0 and any("sampled greedily" in k for k in row["dropped_calls"]), row
+        # the run says, once, that these rollouts train nothing and what usually causes it
+        said = capsys.readouterr().out
+        assert said.count("These rollouts train nothing") == 1 and "8 rollout(s) stored calls, none of them" in said
     else:
         assert all(c.trainable for c in calls) and {c.temperature for c in calls} == {0.8}
-        assert row["transitions"] == 8
+        assert row["transitions"] == 8 and "train nothing" not in capsys.readouterr().out

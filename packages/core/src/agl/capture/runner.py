@@ -22,6 +22,7 @@ from typing import Any
 
 import httpx
 
+from agl.capture.answer_caches import turn_off_answer_caches
 from agl.capture.decorator import RolloutFunction, as_rollout_function
 from agl.capture.instrumentation import agent_naming_hooks
 from agl.capture.llm import LLM
@@ -170,6 +171,7 @@ class Runner:
         llm = LLM(base_url=ctx.llm_base_url, model=model, api_key=key)
         status, reward, error = "succeeded", None, None
         token = set_rollout(ctx)
+        turn_off_answer_caches()  # a cached answer reaches no engine: the rollout would train nothing
         try:
             call = self._call_agent(claim.task.input, llm)
             timeout = claim.rollout.timeout_s

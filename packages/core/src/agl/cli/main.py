@@ -411,6 +411,9 @@ def worker(
         from agl.capture.worker_env import point_sdks_at
 
         point_sdks_at(llm_url)
+    from agl.capture.answer_caches import quiet_framework_env
+
+    quiet_framework_env()
     load_agent(agent)  # fail fast with a clear message before any process starts
     options = {"concurrency": concurrency, "lease_s": lease_s, "heartbeat_s": heartbeat_s}
     args = (agent, server_url, token, options, max_rollouts, idle_exit_s)

@@ -67,8 +67,15 @@ from agl_trainer.run.evaluation import evaluate
 from agl_trainer.run.rollouts import RolloutQueue
 from agl_trainer.run.setup import choose_overlap, gpu_plan, open_backends
 from agl_trainer.run.staleness import stale_reason
+from agl_trainer.run.step_metrics import (
+    empty_rollouts_warning,
+    mean,
+    memory_fields,
+    overlap_fields,
+    prefix_cache_mb,
+    step_line,
+)
 from agl_trainer.run.step_metrics import llm_call_counts as llm_call_counts  # re-exported (tests read it here)
-from agl_trainer.run.step_metrics import mean, memory_fields, overlap_fields, prefix_cache_mb, step_line
 from agl_trainer.run.step_metrics import resource_fields as resource_fields  # re-exported (tests read it here)
 from agl_trainer.run.step_transitions import (
     check_calls_recorded,
@@ -108,6 +115,7 @@ class TrainingRun:
         self.run_dir = Path(config.run_dir)
         self.metrics = MetricsLog(self.run_dir)
         self.selection = AgentSelection.resolve(config.train_agents)
+        self._warned_empty = False  # the warning on rollouts that trained nothing: said once
         self.agent_adapters: dict[str, str] = {}
         if config.per_agent_policies:
             if self.selection.agents is None:
@@ -302,6 +310,9 @@ class TrainingRun:
         if dropped or build.missed_attribution:
             stale = f"; {fresh.dropped} {stale_reason(self.max_staleness)}" if fresh.dropped else ""
             self.console.print(f"          {build.summary()}{stale}", style="dim")
+        if not self._warned_empty and (empty := empty_rollouts_warning(llm_use, build.dropped_rollouts)):
+            self._warned_empty = True  # once per run: the step line counts them at every step
+            self.console.print(f"          {empty}", style="yellow")
         return row
 
     def _evaluate(self, step: int) -> float:

@@ -128,3 +128,30 @@ def _importance_summary(extra: dict[str, float]) -> str:
 
 def mean(values: Sequence[float]) -> float:
     return sum(values) / len(values) if values else math.nan
+
+
+NO_SELECTED_CALL = "no trainable call of a selected agent"  # agl.learn.transitions' reason for such a rollout
+
+
+def empty_rollouts_warning(llm_use: dict[str, int], dropped_rollouts: dict[str, int]) -> str | None:
+    """Why some of a step's rollouts gave nothing to train on although they ran, with the likely causes; None when
+    every rollout stored a call the run trains. Said once per run (the step line counts them at every step)."""
+    empty = llm_use["rollouts_without_llm_calls"]
+    unselected = dropped_rollouts.get(NO_SELECTED_CALL, 0)
+    if not empty and not unselected:
+        return None
+    parts = []
+    if empty:
+        parts.append(
+            f"{empty} rollout(s) stored no LLM call at all: an answer cache (agl worker turns DSPy's off; a cache of"
+            " the app's own answers the same way), a client that reached the model without agl, or an agent that"
+            " answered without the model"
+        )
+    if unselected:
+        parts.append(
+            f"{unselected} rollout(s) stored calls, none of them trainable and of a selected agent: unnamed agents"
+            " (name them: `with agl.agent(...)`, LangGraph's `create_agent(name=...)`), agents outside --agents,"
+            " or calls stored not trainable (`agl show ROLLOUT` says why)"
+        )
+    return "⚠ " + "; ".join(parts) + ". These rollouts train nothing."
+
