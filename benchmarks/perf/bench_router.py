@@ -1,16 +1,18 @@
 """The proxy over several engines (agl.server.engines, issue #42): how throughput grows with the engines when they
 are the bottleneck, and what the router itself costs per call.
 
-- **Scaling**: 1, 2 and 4 engines of fixed capacity behind one real `agl serve` (`--upstream` repeated). Each
+- **Scaling**: 1, 2, 4 and 8 engines of fixed capacity behind one real `agl serve` (`--upstream` repeated: 8 is a
+  node of 8 GPUs with a vLLM server per GPU, as agl runs LoRA over data-parallel ranks). Each
   engine is the scripted upstream (its own process) that generates at most `--slots` answers at once, each taking
   `--latency-ms`, the others waiting for a slot, as a GPU engine with a full batch makes calls wait. `--clients`
   agents (each its own attempt, so the router spreads attempts, not calls) call one after another for `--seconds`;
-  calls per second, and the ratio to one engine. Targets: ≥ 1.9× with 2 engines, ≥ 3.6× with 4.
+  calls per second, and the ratio to one engine. Targets: ≥ 1.9× with 2 engines, ≥ 3.6× with 4. The agents are at
+  least twice the engines' slots (`--clients`), so that every engine stays busy.
 - **The router's cost per call**: `EngineRouter.pick` and the engine's meter in and out, in this process, per call
-  of an attempt (its own engine, looked up) and per first call (the least busy engine chosen), with 1, 2 and 4
+  of an attempt (its own engine, looked up) and per first call (the least busy engine chosen), with 1, 2, 4 and 8
   engines. Target: under 0.1 ms at the median.
 
-    python benchmarks/perf/bench_router.py                   # 1, 2, 4 engines
+    python benchmarks/perf/bench_router.py                   # 1, 2, 4, 8 engines
     python benchmarks/perf/bench_router.py --engines 1 2 --seconds 3
 """
 
@@ -153,13 +155,17 @@ def smoke() -> None:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--engines", type=int, nargs="+", default=[1, 2, 4])
+    parser.add_argument("--engines", type=int, nargs="+", default=[1, 2, 4, 8])
     parser.add_argument("--slots", type=int, default=2, help="answers an engine generates at once")
     parser.add_argument("--latency-ms", type=float, default=50.0, help="the time each answer takes")
-    parser.add_argument("--clients", type=int, default=16, help="agents calling at once, each its own attempt")
+    parser.add_argument(
+        "--clients", type=int, help="agents calling at once, each its own attempt (default: 16, or twice the slots)"
+    )
     parser.add_argument("--seconds", type=float, default=5.0, help="measured time per configuration")
     args = parser.parse_args()
-    rows = scaling(args.engines, args.slots, args.latency_ms / 1e3, args.clients, args.seconds)
+    # fewer agents than slots would leave engines idle and measure the agents, not the router
+    clients = args.clients or max(16, 2 * args.slots * max(args.engines))
+    rows = scaling(args.engines, args.slots, args.latency_ms / 1e3, clients, args.seconds)
     rows.update({"target: 2 engines ≥ ×": 1.9, "target: 4 engines ≥ ×": 3.6})
     report("router_scaling", rows)
     report("router_cost", router_cost(args.engines))

@@ -277,3 +277,38 @@ def test_publications_reach_every_local_server_and_the_proxy_routes_over_all(
         if server is not None:
             server.stop()
         group.stop()
+
+
+# ------------------------------------------------------------------------------------------ a Ray cluster
+
+
+def test_on_a_cluster_each_node_runs_a_server_per_gpu_with_lora(tmp_path: Path) -> None:
+    """What `start_fleet` asks of Ray: per node, a server per data-parallel rank (colocated: each on its GPU slice
+    of the node, its actor asking Ray for none; split: each asking Ray for its GPUs), or one for full fine-tuning."""
+    import dataclasses
+
+    from agl_trainer.plan.build import plan_run, vllm_settings
+    from agl_trainer.plan.hardware import Hardware
+    from agl_trainer.run.setup import fleet_slots
+
+    two = Hardware(4, 2, 80.0, node_names=("a (node 1)", "b (node 2)"), node_ids=("id-a", "id-b"))
+    cluster = {"ray_address": "auto", "checkpoint_dir": str(tmp_path / "shared")}
+
+    def slots(rollout_gpus: int | None = None, **options: Any) -> tuple[list[tuple[str, str, Any]], int]:
+        req = PlanRequest(
+            config("Qwen2.5-1.5B-Instruct", tmp_path, **cluster, **options), two, rollout_gpus, flash_attention=True
+        )
+        _, run = plan_run(req)
+        settings = vllm_settings(req, run.path, run.shape, run.layout, run.longest, "python", None)
+        return fleet_slots(dataclasses.replace(settings, api_key="k"), run, two)
+
+    colocated, gpus = slots(trainer_workers=8)
+    assert gpus == 0 and len(colocated) == 8
+    assert [(n, s.gpu_ids, s.data_parallel) for n, _, s in colocated] == [
+        (node, (i,), 1) for node in ("id-a", "id-b") for i in range(4)
+    ]
+    assert colocated[5][1] == "b (node 2) server 1" and {s.api_key for _, _, s in colocated} == {"k"}
+    split, gpus = slots(rollout_gpus=2, trainer_workers=4)
+    assert gpus == 1 and [(n, s.gpu_ids) for n, _, s in split] == [(n, None) for n in ("id-a", "id-a", "id-b", "id-b")]
+    full, gpus = slots(trainer_workers=8, full_finetune=True)
+    assert gpus == 0 and [(n, s.gpu_ids, s.data_parallel) for n, _, s in full] == [("id-a", None, 4), ("id-b", None, 4)]

@@ -29,6 +29,7 @@ from agl_trainer.engines.vllm_server import (
     VLLMSettings,
     find_vllm_python,
     lora_rank_slot,
+    split_per_gpu,
     vllm_argv,
     vllm_env_changes,
 )
@@ -356,7 +357,13 @@ def test_every_command_line_agl_plans_is_accepted_by_vllms_own_parser(tmp_path: 
             None,
         ),
     ]
-    commands = [(vllm_argv(s, str(python), 8000, t), vllm_env_changes(s)) for s, t in cases]
+    # LoRA over 4 data-parallel ranks of 2 GPUs: a server per rank (vLLM refuses several API servers with runtime
+    # LoRA), each of data parallel 1 on its own two GPUs and port
+    per_rank = VLLMSettings(
+        model=tmp_path, log_path=log, device="cuda", lora_adapters=1, tensor_parallel=2, data_parallel=4, port=8000
+    )
+    cases += [(s, None) for s in split_per_gpu(per_rank)]
+    commands = [(vllm_argv(s, str(python), s.port or 8000, t), vllm_env_changes(s)) for s, t in cases]
     # and the plans of `agl train --plan`: 1 GPU, 8 GPUs (LoRA; full fine-tuning), vLLM on 2 of 8 GPUs of its own
     run = tmp_path / "run"
     commands += planned(python, run, "Qwen2.5-1.5B-Instruct", 1)
@@ -368,7 +375,7 @@ def test_every_command_line_agl_plans_is_accepted_by_vllms_own_parser(tmp_path: 
     for (argv, env), args in zip(commands, parsed, strict=True):
         assert "error" not in args, (args, argv[3:])
         assert argv[3] == "serve" and args["model_tag"] == argv[4]
-        assert args["served_model_name"] == ["base"] and args["port"] == 8000
+        assert args["served_model_name"] == ["base"] and args["port"] == int(argv[argv.index("--port") + 1])
         assert args["logprobs_mode"] == "processed_logprobs" and args["generation_config"] == "vllm"
         assert args["enable_auto_tool_choice"] is True
         assert args["tool_call_parser"] == argv[argv.index("--tool-call-parser") + 1]
@@ -391,3 +398,11 @@ def test_every_command_line_agl_plans_is_accepted_by_vllms_own_parser(tmp_path: 
     assert sum("AGL_ENGINE_KEY" in env for _, env in commands) == 2
     assert any(args["api_server_count"] == 8 for args in parsed)  # full fine-tuning on 8 GPUs: 8 API servers
     assert any(args["api_server_count"] == 1 and args["data_parallel_size"] == 8 for args in parsed)  # LoRA
+    # the servers per rank: data parallel 1, one API server, each on its own GPUs and port; the plan of LoRA on 8
+    # GPUs runs 8 of them, one per GPU
+    per_gpu = [(env, args) for (_, env), args in zip(commands, parsed, strict=True) if "CUDA_VISIBLE_DEVICES" in env]
+    visible = [env["CUDA_VISIBLE_DEVICES"] for env, args in per_gpu if args["enable_lora"]]
+    assert visible[:4] == ["0,1", "2,3", "4,5", "6,7"] and visible[4:12] == [str(i) for i in range(8)]
+    assert [args["port"] for _, args in per_gpu[:4]] == [8000, 8001, 8002, 8003]
+    assert all(args["data_parallel_size"] == 1 and args["api_server_count"] is None for _, args in per_gpu)
+    assert all(args["tensor_parallel_size"] == 2 for _, args in per_gpu[:4])

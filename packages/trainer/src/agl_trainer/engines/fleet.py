@@ -132,7 +132,7 @@ class EngineFleet:
     @classmethod
     def start(
         cls,
-        launch: Launch,
+        launch: Launch | Sequence[Launch],
         nodes: Sequence[tuple[str, str]],
         *,
         gpus_per_server: int = 0,
@@ -140,12 +140,15 @@ class EngineFleet:
         settings: Any = None,
         timeout_s: float = START_TIMEOUT_S,
     ) -> EngineFleet:
-        """A server on each of `nodes` ((Ray node id, name) pairs), each asking Ray for `gpus_per_server` GPUs of
-        its node (0: it shares them with the trainer); all started, or none (the error names the node)."""
+        """A server on each of `nodes` ((Ray node id, name) pairs; a node named more than once runs as many servers,
+        `launch` then one per entry: a server per GPU where LoRA needs it, `vllm_server.split_per_gpu`), each asking
+        Ray for `gpus_per_server` GPUs of its node (0: it shares them with the trainer); all started, or none (the
+        error names the node)."""
         import ray
         from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
         console = console or Console(stderr=True)
+        launches = list(launch) if isinstance(launch, Sequence) else [launch] * len(nodes)
         host = ray.remote(ServerHost)
         env = {"RAY_ACCEL_ENV_VAR_OVERRIDE_ON_ZERO": "0"} if not gpus_per_server else {}
         actors = [
@@ -155,11 +158,11 @@ class EngineFleet:
                 num_gpus=gpus_per_server,
                 runtime_env={"env_vars": env} if env else None,
                 name=None,
-            ).remote(launch)
-            for node_id, _ in nodes
+            ).remote(each)
+            for each, (node_id, _) in zip(launches, nodes, strict=True)
         ]
         t0 = time.monotonic()
-        console.print(f"starting an engine server on each of {len(nodes)} node(s): {', '.join(n for _, n in nodes)}")
+        console.print(f"starting {len(nodes)} engine server(s): {', '.join(n for _, n in nodes)}")
         refs = [actor.start.remote(label(name)) for actor, (_, name) in zip(actors, nodes, strict=True)]
         fleet = cls([], console, settings)
         failures: list[str] = []
@@ -200,7 +203,8 @@ class EngineFleet:
         return next((m.node for m in self.members if m.url == url), "?")
 
     def describe(self) -> str:
-        return f"{len(self.members)} engine servers, one per node ({', '.join(f'{m.node}: {m.url}' for m in self.members)})"
+        each = "one per node" if len({m.node_id for m in self.members}) == len(self.members) else "several per node"
+        return f"{len(self.members)} engine servers, {each} ({', '.join(f'{m.node}: {m.url}' for m in self.members)})"
 
     def check_alive(self) -> None:
         """Report and drop the servers that have stopped; raise EngineError when none is left."""

@@ -288,17 +288,32 @@ def start_vllm_first(
 def start_fleet(settings: Any, plan: RunPlan, hardware: Any, console: Console) -> EngineFleet:
     """The plan's vLLM server on each GPU node of the Ray cluster, through Ray (agl_trainer.engines.fleet). Split,
     each asks Ray for its GPUs, which then never go to a trainer rank; vLLM runs on whichever ones Ray gives it."""
-    import dataclasses
 
     from agl_trainer.engines.fleet import vllm_on_node
 
+    slots, gpus = fleet_slots(settings, plan, hardware)
+    nodes = [(node_id, name) for node_id, name, _ in slots]
+    launches = [partial(vllm_on_node, each) for _, _, each in slots]
+    return EngineFleet.start(launches, nodes, gpus_per_server=gpus, console=console, settings=slots[0][2])
+
+
+def fleet_slots(settings: Any, plan: RunPlan, hardware: Any) -> tuple[list[tuple[str, str, Any]], int]:
+    """The servers of each node ((Ray node id, name, settings)) and the GPUs each asks Ray for: one per node, or
+    one per data-parallel rank where LoRA needs it (`split_per_gpu`). Colocated, a server per rank keeps its GPU
+    slice of the node (CUDA_VISIBLE_DEVICES, its actor asking Ray for none); split, each asks Ray for its
+    tensor-parallel GPUs and runs on those Ray gives it, never a trainer rank's."""
     split = plan.layout.mode == "split" and plan.layout.vllm is not None
-    gpus = plan.layout.vllm.gpus_per_server if split and plan.layout.vllm is not None else 0
-    settings = dataclasses.replace(settings, gpu_ids=None)  # Ray's CUDA_VISIBLE_DEVICES, not the node's last K
-    nodes = list(zip(hardware.node_ids, hardware.node_names, strict=True))
-    return EngineFleet.start(
-        partial(vllm_on_node, settings), nodes, gpus_per_server=gpus, console=console, settings=settings
-    )
+    each = split_per_gpu(settings)
+    gpus = 0
+    if split and plan.layout.vllm is not None:
+        gpus = plan.layout.vllm.gpus_per_server if len(each) == 1 else settings.tensor_parallel
+    if split or len(each) == 1:  # Ray's CUDA_VISIBLE_DEVICES, not the node's last K
+        each = [dataclasses.replace(s, gpu_ids=None) for s in each]
+    slots = []
+    for node_id, name in zip(hardware.node_ids, hardware.node_names, strict=True):
+        for i, s in enumerate(each):
+            slots.append((node_id, name if len(each) == 1 else f"{name} server {i}", s))
+    return slots, gpus
 
 
 def verl_policy(
