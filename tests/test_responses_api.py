@@ -145,11 +145,77 @@ def test_a_streamed_tool_call_sends_its_arguments(server: ServerProcess) -> None
 def test_what_the_proxy_cannot_translate_is_refused_with_the_reason(server: ServerProcess) -> None:
     with Client(server.url) as client:
         rollout_id, llm = attempt(server, client)
-        with pytest.raises(openai.BadRequestError, match="previous_response_id"):
-            llm.responses.create(model="m", input="hi", previous_response_id="resp_1")
         with pytest.raises(openai.BadRequestError, match="web_search"):
             llm.responses.create(model="m", input="hi", tools=[{"type": "web_search"}])  # type: ignore[list-item]
         assert stored(client, rollout_id) == []
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_a_turn_continues_from_its_previous_response(server: ServerProcess, stream: bool) -> None:
+    """`previous_response_id` (Agno's and the Agents SDK's server-side state): the second turn sends only the tool's
+    output; agl serves the rest from the store (the first call's messages and answer), so the model sees the whole
+    conversation and the call is stored as the chat request it means, exactly, with the answer's id kept."""
+    with Client(server.url) as client:
+        rollout_id, llm = attempt(server, client)
+        first = llm.responses.create(
+            model="m",
+            instructions="You are a calculator.",
+            input="What is 3 * 4?",
+            tools=[CALC],  # type: ignore[list-item]
+        )
+        (call_item,) = first.output
+        assert first.id.startswith("resp_")
+        output = {"type": "function_call_output", "call_id": call_item.call_id, "output": "12"}
+        if stream:
+            events = list(
+                llm.responses.create(
+                    model="m",
+                    instructions="You are a calculator.",
+                    previous_response_id=first.id,
+                    input=[output],  # type: ignore[list-item]
+                    tools=[CALC],  # type: ignore[list-item]
+                    stream=True,
+                )
+            )
+            second = events[-1].response
+        else:
+            second = llm.responses.create(
+                model="m",
+                instructions="You are a calculator.",
+                previous_response_id=first.id,
+                input=[output],  # type: ignore[list-item]
+                tools=[CALC],  # type: ignore[list-item]
+            )
+        assert second.output_text == "The answer is 12" and second.previous_response_id == first.id
+        third = llm.responses.create(model="m", previous_response_id=second.id, input="And 3 * 5?")
+        calls = stored(client, rollout_id)
+    assert third.output_text and len(calls) == 3
+    messages = calls[1].request["messages"]
+    assert [m["role"] for m in messages] == ["system", "user", "assistant", "tool"]
+    assert messages[0] == {"role": "system", "content": "You are a calculator."}  # this turn's, once
+    assert messages[2]["tool_calls"][0]["id"] == call_item.call_id
+    assert_exact(calls[1], "The answer is 12")
+    # the third turn gave no instructions: the earlier ones are not carried over (as OpenAI does)
+    assert [m["role"] for m in calls[2].request["messages"]] == ["user", "assistant", "tool", "assistant", "user"]
+    assert calls[2].trainable
+
+
+def test_a_previous_response_agl_does_not_hold_is_answered_as_openai_does(server: ServerProcess) -> None:
+    """An id agl never gave, or another attempt's: OpenAI's 400 (`previous_response_not_found`), on which clients
+    that keep their own history fall back to sending it (Agno matches "previous response ... not found" on a 400).
+    Nothing is stored."""
+    with Client(server.url) as client:
+        rollout_id, llm = attempt(server, client)
+        first = llm.responses.create(model="m", input="What is 3 * 4?")
+        _, other = attempt(server, client)
+        for previous in ("resp_1", "resp_x_y", first.id.replace("resp_0_", "resp_7_")):
+            with pytest.raises(openai.BadRequestError) as caught:
+                llm.responses.create(model="m", input="hi", previous_response_id=previous)
+            assert caught.value.code == "previous_response_not_found"
+            assert caught.value.param == "previous_response_id" and previous in caught.value.message
+        with pytest.raises(openai.BadRequestError, match="not found"):
+            other.responses.create(model="m", input="hi", previous_response_id=first.id)
+        assert len(stored(client, rollout_id)) == 1
 
 
 @pytest.mark.parametrize("where", ["rollout", "fixed"])
@@ -164,3 +230,40 @@ def test_an_unknown_openai_route_gets_a_404_listing_the_routes(server: ServerPro
     assert "/embeddings" in message and "POST /v1/responses" in message and "POST /v1/chat/completions" in message
     body = info.value.body
     assert isinstance(body, dict) and body.get("code") == "unknown_route"
+
+
+def test_agnos_responses_model_chains_its_turns_through_agl(server: ServerProcess) -> None:
+    """Agno's `OpenAIResponses` continues each turn of a reasoning model (gpt-5, o3: the ones it chains) with
+    `previous_response_id`: its second
+    call, after the tool ran, sends only the tool's output. agl serves the rest; before, it refused the chained
+    turn with a 400 Agno did not recognise, and the cookbook's agent failed after its first turn."""
+    pytest.importorskip("agno")
+    from agno.agent import Agent
+    from agno.models.openai import OpenAIResponses
+
+    sent: list[dict[str, Any]] = []
+
+    def record(request: httpx.Request) -> None:
+        if request.url.path.endswith("/responses"):
+            sent.append(json.loads(request.content))
+
+    def calculator(expression: str) -> str:
+        """Evaluate an arithmetic expression."""
+        return str(eval(expression, {"__builtins__": {}}))  # the scripted model writes "3*4"
+
+    with Client(server.url) as client:
+        rollout_id, llm = attempt(server, client)
+        model = OpenAIResponses(
+            id="gpt-5",  # Agno chains turns for reasoning models only (`_using_reasoning_model`)
+            base_url=str(llm.base_url),
+            api_key="k",
+            http_client=httpx.Client(event_hooks={"request": [record]}),
+        )
+        answer = Agent(model=model, tools=[calculator]).run("What is 3 * 4?")
+        calls = stored(client, rollout_id)
+    assert answer.content == "The answer is 12"
+    assert len(sent) == 2 and "previous_response_id" not in sent[0]
+    assert sent[1]["previous_response_id"].startswith("resp_0_")  # chained from agl's first answer
+    assert [item.get("type") for item in sent[1]["input"]] == ["function_call_output"]  # only what is new
+    assert len(calls) == 2 and all(c.trainable for c in calls)
+    assert [m["role"] for m in calls[1].request["messages"]][-2:] == ["assistant", "tool"]

@@ -14,7 +14,12 @@ every backend agl supports, streamed or not.
 Streaming: the backend is asked for a chat stream, and each chat chunk becomes the Responses events it means as it
 comes (`ResponsesStream`: a text delta per chunk, an arguments delta per tool call's chunk), so a streaming client
 (the OpenAI Agents SDK's `Runner.run_streamed`) sees the answer token by token.
-`previous_response_id` (server-side conversation state) is refused: the proxy keeps no responses.
+`previous_response_id` (server-side conversation state, which Agno's and the Agents SDK's stateful modes send): each
+answer's id names its attempt and its call (`response_id`), so a later turn of the same attempt is served from the
+store: the earlier call's messages and its answer, then the new input (`continued`). Its instructions are not carried
+over, as OpenAI does not carry them. An id of another attempt, or one agl never gave, is answered as OpenAI answers
+one it does not hold (400, `previous_response_not_found`, "Previous response with id '...' not found."), the answer
+on which clients that keep their own history (Agno's `OpenAIResponses`) send the whole conversation instead.
 """
 
 from __future__ import annotations
@@ -41,6 +46,49 @@ _TEXT_PARTS = ("input_text", "output_text", "text")
 
 def _new_id(prefix: str) -> str:
     return f"{prefix}_{uuid.uuid4().hex}"
+
+
+# the id the answer is to carry, put in the request the translation reads by the route (never sent or echoed)
+RESPONSE_ID = "_agl_response_id"
+
+
+def response_id(attempt_id: str, seq: int) -> str:
+    """The id of the answer to an attempt's call `seq`: what a later `previous_response_id` names."""
+    return f"resp_{seq}_{attempt_id}"
+
+
+def named_call(previous: Any, attempt_id: str) -> int | None:
+    """The seq of this attempt's call that `previous` (a `previous_response_id`) names, or None: not one of its
+    answers."""
+    if not isinstance(previous, str):
+        return None
+    prefix, _, rest = previous.partition("_")
+    seq, _, attempt = rest.partition("_")
+    return int(seq) if prefix == "resp" and seq.isdigit() and attempt == attempt_id else None
+
+
+def continued(earlier: list[Any], answer: Any, new: list[dict[str, Any]], instructions: bool) -> list[dict[str, Any]]:
+    """The chat messages of a turn that continues an earlier call: its messages (less the system message its own
+    instructions made, which OpenAI does not carry over) and its answer, then this turn's (`new`, with this turn's
+    instructions first when `instructions`)."""
+    kept = [m for m in earlier if isinstance(m, dict)]
+    if kept and kept[0].get("role") == "system":
+        kept = kept[1:]
+    answered = [{k: v for k, v in answer.items() if k in ("role", "content", "tool_calls")}] if answer else []
+    head, tail = (new[:1], new[1:]) if instructions else ([], new)
+    return [*head, *kept, *answered, *tail]
+
+
+def not_found(previous: str) -> dict[str, Any]:
+    """OpenAI's answer (with a 400) to a `previous_response_id` it does not hold."""
+    return {
+        "error": {
+            "message": f"Previous response with id '{previous}' not found.",
+            "type": "invalid_request_error",
+            "param": "previous_response_id",
+            "code": "previous_response_not_found",
+        }
+    }
 
 
 def _text(content: Any, where: str) -> str | list[dict[str, Any]]:
@@ -124,11 +172,6 @@ def _messages(items: Any) -> list[dict[str, Any]]:
 
 def to_chat(body: dict[str, Any]) -> dict[str, Any]:
     """The chat-completions request a Responses request means (not streamed: see the module docstring)."""
-    if body.get("previous_response_id"):
-        raise ResponsesRequestError(
-            "previous_response_id is not supported: agl's proxy keeps no responses; send the whole conversation in "
-            "`input` (the OpenAI Agents SDK does so unless told to use server-side conversation state)"
-        )
     messages = _messages(body.get("input", []))
     instructions = body.get("instructions")
     if instructions:
@@ -197,7 +240,7 @@ def _response(
 ) -> dict[str, Any]:
     prompt_tokens, completion_tokens = usage_tokens(usage, "prompt_tokens"), usage_tokens(usage, "completion_tokens")
     return {
-        "id": _new_id("resp"),
+        "id": request.get(RESPONSE_ID) or _new_id("resp"),
         "object": "response",
         "created_at": _created(created),
         "status": "incomplete" if cut else "completed",
@@ -205,6 +248,7 @@ def _response(
         "error": None,
         "model": model if isinstance(model, str) and model else str(request.get("model") or ""),
         "instructions": request.get("instructions"),
+        "previous_response_id": request.get("previous_response_id"),
         "output": output,
         "parallel_tool_calls": bool(request.get("parallel_tool_calls", True)),
         "tool_choice": request.get("tool_choice", "auto"),

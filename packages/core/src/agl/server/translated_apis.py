@@ -18,9 +18,10 @@ from typing import Any, Protocol, cast
 
 import orjson
 from starlette.requests import Request
-from starlette.responses import Response
+from starlette.responses import JSONResponse, Response
 
 from agl.common import attributes as attr
+from agl.schema import LLMCall
 from agl.server import anthropic_messages as messages_api
 from agl.server import responses as responses_api
 from agl.server.call_record import (
@@ -187,6 +188,20 @@ async def _translated(
     if isinstance(parsed, str):
         return api.refuse(400, parsed)
     body, chat = parsed
+    if api.route == "responses" and body.get("previous_response_id"):
+        earlier = await earlier_turn(proxy, rollout_id, attempt_id, body["previous_response_id"])
+        if earlier is None:
+            return JSONResponse(responses_api.not_found(str(body["previous_response_id"])), status_code=400)
+        messages = earlier.request.get("messages")
+        chat = {
+            **chat,
+            "messages": responses_api.continued(
+                messages if isinstance(messages, list) else [],
+                earlier.response_message,
+                chat["messages"],
+                instructions=bool(body.get("instructions")),
+            ),
+        }
     streamed = bool(body.get("stream"))
     if streamed:
         chat = {**chat, "stream": True, "stream_options": {"include_usage": True}}  # usage ends the API's stream
@@ -202,6 +217,10 @@ async def _translated(
     if answer.status_code != 200:
         return _reenveloped(answer, api.refuse) if api.route == "messages" else answer
     headers = {k: v for k, v in answer.headers.items() if k == attr.HEADER_LLM_SEQ}
+    if api.route == "responses":  # the answer's id names this call: a later turn may continue from it
+        seq = answer.rec.seq if isinstance(answer, RelayResponse) else headers.get(attr.HEADER_LLM_SEQ)
+        if seq is not None:
+            body = {**body, responses_api.RESPONSE_ID: responses_api.response_id(attempt_id, int(seq))}
     if isinstance(answer, RelayResponse):
         # the proxy's own streamed response, so its record still learns when the agent hangs up; only its bytes
         # are translated on their way out
@@ -219,6 +238,15 @@ async def _translated(
         refused.headers.update(headers)
         return refused
     return Response(translated, media_type="application/json", headers=headers)
+
+
+async def earlier_turn(proxy: LLMProxy, rollout_id: str, attempt_id: str, previous: Any) -> LLMCall | None:
+    """The call of this attempt whose answer `previous` (a `previous_response_id`) names, answered; else None."""
+    seq = responses_api.named_call(previous, attempt_id)
+    if seq is None:
+        return None
+    calls = await asyncio.to_thread(proxy.store.llm_calls, rollout_id, attempt_id)
+    return next((c for c in calls if c.seq == seq and c.status == "ok" and c.response_message), None)
 
 
 async def _not_received(proxy: LLMProxy, attempt_id: str, seq: str | None, why: str) -> None:
