@@ -6,8 +6,8 @@ are the bottleneck, and what the router itself costs per call.
   engine is the scripted upstream (its own process) that generates at most `--slots` answers at once, each taking
   `--latency-ms`, the others waiting for a slot, as a GPU engine with a full batch makes calls wait. `--clients`
   agents (each its own attempt, so the router spreads attempts, not calls) call one after another for `--seconds`;
-  calls per second, and the ratio to one engine. Targets: ≥ 1.9× with 2 engines, ≥ 3.6× with 4, ≥ 7.2× with 8. The agents are at
-  least twice the engines' slots (`--clients`), so that every engine stays busy.
+  calls per second, and the ratio to one engine. Targets: ≥ 1.9× with 2 engines, ≥ 3.6× with 4, ≥ 7.2× with 8.
+  The agents are at least twice the engines' slots (`--clients`), so that every engine stays busy.
 - **The router's cost per call**: `EngineRouter.pick` and the engine's meter in and out, in this process, per call
   of an attempt (its own engine, looked up) and per first call (the least busy engine chosen), with 1, 2, 4 and 8
   engines. Target: under 0.1 ms at the median.
