@@ -91,7 +91,8 @@ def test_a_run_over_both_nodes_fits_by_default_and_its_plan_is_the_clis(cluster:
     planned = run_plan(auto)
     assert planned is not None and planned.layout.trainer_gpus_per_node == [4, 4] and auto.trainer_workers == 8
     written = json.loads((auto.run_dir / "plan.json").read_text())
-    assert written["run"]["trainer_workers"] == 8 and len(written["vllm"]) == 2
+    assert written["run"]["trainer_workers"] == 8 and written["placement"]["vllm"]["servers_per_node"] == 4
+    assert len(written["vllm"]) == 8  # LoRA: a vLLM server per GPU of each node
     assert not any("idle during updates" in w["message"] for w in written["warnings"])
     assert written["hardware"]["nodes"] == 2 and written["hardware"]["gpus_per_node"] == 4
     # vLLM keeping one GPU of each node: the trainer has the other three of each

@@ -53,9 +53,11 @@ def test_plans_fit_and_name_the_right_vllm_and_verl_settings(
     p = plan(model, hardware, tmp_path, trainer_workers=workers, **cluster)
     assert p["fits"] and p["refusal"] is None, p["refusal"]
     assert p["memory"]["peak_gib_per_gpu"] <= 0.92 * 80
-    # one vLLM server per node, with the family's parser, a max length from the longest transition, the
-    # colocated layout's memory share and sleep mode, and every GPU of the node
-    assert len(p["vllm"]) == hardware.nodes
+    # a vLLM server per data-parallel rank of each node (LoRA: vLLM refuses several API servers with runtime
+    # LoRA), with the family's parser, a max length from the longest transition, the colocated layout's memory
+    # share and sleep mode, and every GPU of the node between them
+    per_node = p["placement"]["vllm"]["servers_per_node"]
+    assert len(p["vllm"]) == hardware.nodes * per_node
     for server in p["vllm"]:
         argv = server["argv"]
         assert flag(argv, "--tool-call-parser") == ("llama3_json" if model.startswith("Llama") else "hermes")
@@ -64,7 +66,7 @@ def test_plans_fit_and_name_the_right_vllm_and_verl_settings(
         assert "--enable-sleep-mode" in argv and server["env"]["VLLM_SERVER_DEV_MODE"] == "1"
         tp = int(flag(argv, "--tensor-parallel-size") or 1)
         dp = int(flag(argv, "--data-parallel-size") or 1)
-        assert tp * dp == hardware.gpus_per_node
+        assert tp * dp * per_node == hardware.gpus_per_node
     # the trainer's ranks fill nodes in order: [8, 8] on two nodes, never one pool larger than a node
     assert p["placement"]["gpus_per_node"] == [hardware.gpus_per_node] * hardware.nodes
     # verl's config, checked by verl's dataclasses: bf16 compute, the LoRA policy's frozen base loaded in bf16 (its
@@ -84,10 +86,11 @@ def test_a_split_layout_gives_vllm_its_own_gpus(tmp_path: Path) -> None:
     p = plan("Qwen2.5-7B-Instruct", EIGHT, tmp_path, rollout_gpus=2, trainer_workers=6)
     assert p["fits"] and p["placement"]["mode"] == "split"
     assert p["placement"]["gpus_per_node"] == [6]
-    (server,) = p["vllm"]
-    assert "--enable-sleep-mode" not in server["argv"] and server["gpus"] == 2
-    assert server["env"]["CUDA_VISIBLE_DEVICES"] == "6,7"  # the node's last two; the trainer's Ray has 0-5
-    assert float(flag(server["argv"], "--gpu-memory-utilization") or 0) == pytest.approx(0.9)
+    # the node's last two, a server on each (LoRA); the trainer's Ray has 0-5
+    assert [s["env"]["CUDA_VISIBLE_DEVICES"] for s in p["vllm"]] == ["6", "7"]
+    for server in p["vllm"]:
+        assert "--enable-sleep-mode" not in server["argv"] and server["gpus"] == 1
+        assert float(flag(server["argv"], "--gpu-memory-utilization") or 0) == pytest.approx(0.9)
 
 
 def test_a_70b_model_on_one_80_gb_gpu_is_refused_with_the_knob_named(tmp_path: Path) -> None:
