@@ -97,7 +97,7 @@ def test_a_call_sent_around_agl_is_counted_warned_about_and_shown(
         timeout=60,
         env={**os.environ, "COLUMNS": "300"},
     )
-    assert "every LLM call bypassed agl 3" in exported.stdout + exported.stderr, exported.stdout + exported.stderr
+    assert "every LLM call bypassed agl: 3" in exported.stdout + exported.stderr, exported.stdout + exported.stderr
     page = httpx.get(f"{agl_server.url}/ui/rollouts/{unreached.rollout.id}").text
     assert "1 LLM call(s) bypassed agl" in page and "1 reached no server" in page
     assert "every LLM call bypassed agl (1)" in page

@@ -74,14 +74,13 @@ def selection_summary(selection: AgentSelection, stats: BuildStats) -> Table:
     table.add_column("selected")
     table.add_column("calls kept", justify="right")
     table.add_column("calls dropped", justify="right")
-    agents = set(stats.kept_by_agent) | set(stats.dropped_by_agent)
-    for agent in sorted(agents, key=lambda a: (a is None, a or "")):
+    for agent in stats.stored_agent_names:  # those of rollouts left out too (failed, no reward)
         table.add_row(
             agent if agent is not None else "(unattributed)",
             # kept calls: selected by the agent's name or by its key (a second name, see agl.agent)
             "yes" if agent is not None and (selection.selects(agent) or stats.kept_by_agent[agent]) else "no",
             str(stats.kept_by_agent[agent]),
-            str(stats.dropped_by_agent[agent]),
+            str(stats.dropped_by_agent[agent] + stats.in_dropped_rollouts[agent]),
         )
     for title, counter in (("calls left out", stats.dropped_calls), ("rollouts left out", stats.dropped_rollouts)):
         for reason, count in counter.most_common():
@@ -92,7 +91,7 @@ def selection_summary(selection: AgentSelection, stats: BuildStats) -> Table:
 def print_summary(selection: AgentSelection, stats: BuildStats, console: Console) -> None:
     console.print(selection_summary(selection, stats))
     if selection.agents is not None and not stats.kept_by_agent:
-        names = ", ".join(sorted(str(a) for a in stats.dropped_by_agent if a is not None)) or "none"
+        names = ", ".join(str(a) for a in stats.stored_agent_names if a is not None) or "none"
         console.print(
             f"[yellow]the selection kept no call; agent names stored in these rollouts: {names}[/yellow]",
             soft_wrap=True,
@@ -116,7 +115,8 @@ def print_summary(selection: AgentSelection, stats: BuildStats, console: Console
     else:
         console.print("rewards dropped: 0")
     if stats.dropped_rollouts:  # why the others gave none: e.g. "every LLM call bypassed agl 3", not a selection
-        console.print(
-            "rollouts left out: " + ", ".join(f"{why} {n}" for why, n in stats.dropped_rollouts.most_common()),
-            soft_wrap=True,
-        )
+        console.print("rollouts left out, and why:", soft_wrap=True)
+        for why, n in stats.dropped_rollouts.most_common():
+            ids = stats.dropped_rollout_ids.get(why, [])
+            more = f" and {n - len(ids)} more" if n > len(ids) else ""
+            console.print(f"  {why}: {n} ({', '.join(ids)}{more})", soft_wrap=True)

@@ -31,6 +31,7 @@ from agl.schema import ALL_BYPASSED, Reward, RewardSource, Rollout, RolloutStatu
 # that no selection can tell apart: LangChain's `create_agent` without `name=` runs its model in a node called
 # "model"; a LangGraph graph without a name is "LangGraph". Counted apart so the step line can say "pass name=".
 GENERIC_AGENT_NAMES = frozenset({"model", "LangGraph"})
+DROPPED_IDS_SHOWN = 5  # rollouts named per reason they were left out for (agl export, the step line)
 
 
 @dataclass(slots=True)
@@ -96,6 +97,25 @@ class BuildStats:
     kept_by_agent: Counter[str | None] = field(default_factory=Counter)
     dropped_by_agent: Counter[str | None] = field(default_factory=Counter)
     generic_names: Counter[str] = field(default_factory=Counter)  # calls under a GENERIC_AGENT_NAMES name
+    # agent name → calls of the rollouts left out before their calls were looked at (failed, no reward): the names
+    # a summary lists among those stored
+    in_dropped_rollouts: Counter[str | None] = field(default_factory=Counter)
+    # reason → the first DROPPED_IDS_SHOWN rollouts left out for it: what `agl export` names
+    dropped_rollout_ids: dict[str, list[str]] = field(default_factory=dict)
+
+    def drop_rollout(self, reason: str, rollout_id: str, calls: Sequence[CallView] = ()) -> None:
+        """Count a rollout left out for `reason`, keep its id among the first few, and its calls' agent names."""
+        self.dropped_rollouts[reason] += 1
+        shown = self.dropped_rollout_ids.setdefault(reason, [])
+        if len(shown) < DROPPED_IDS_SHOWN:
+            shown.append(rollout_id)
+        self.in_dropped_rollouts.update(c.agent_name for c in calls)
+
+    @property
+    def stored_agent_names(self) -> list[str | None]:
+        """Every agent name among the calls looked at, kept or not, and those of the rollouts left out."""
+        names = set(self.kept_by_agent) | set(self.dropped_by_agent) | set(self.in_dropped_rollouts)
+        return sorted(names, key=lambda a: (a is None, a or ""))
 
     def merge(self, other: BuildStats) -> None:
         self.rollouts += other.rollouts
@@ -110,6 +130,10 @@ class BuildStats:
         self.kept_by_agent.update(other.kept_by_agent)
         self.dropped_by_agent.update(other.dropped_by_agent)
         self.generic_names.update(other.generic_names)
+        self.in_dropped_rollouts.update(other.in_dropped_rollouts)
+        for reason, ids in other.dropped_rollout_ids.items():
+            shown = self.dropped_rollout_ids.setdefault(reason, [])
+            shown.extend(ids[: DROPPED_IDS_SHOWN - len(shown)])
 
     def summary(self) -> str:
         parts = [f"{self.episodes}/{self.rollouts} rollouts → {self.transitions} transitions"]
@@ -224,7 +248,12 @@ def build_episode(
     stats.rollouts += 1
     rollout = detail.rollout
     if rollout.status is not RolloutStatus.succeeded or rollout.final_attempt_id is None:
-        stats.dropped_rollouts[f"rollout {rollout.status.value}"] += 1
+        last = rollout.final_attempt_id
+        stats.drop_rollout(
+            f"rollout {rollout.status.value}",
+            rollout.id,
+            [c for c in detail.llm_calls if last is None or c.attempt_id == last],
+        )
         return None
     attempt = rollout.final_attempt_id
     final: Reward | None = None  # the last one the agent returned
@@ -237,7 +266,7 @@ def build_episode(
                 intermediate.append(r)
     final_value = final.value if final is not None else rollout.final_reward
     if final_value is None and not intermediate:
-        stats.dropped_rollouts["no reward"] += 1
+        stats.drop_rollout("no reward", rollout.id, [c for c in detail.llm_calls if c.attempt_id == attempt])
         return None
 
     transitions: list[Transition] = []
@@ -265,10 +294,10 @@ def build_episode(
         transitions.append(_to_transition(call, rollout, stats))
     stats.kept_by_agent.update(kept)
     if not calls and all_bypassed(rollout, 0):  # nothing reached agl: not a selection that found nothing
-        stats.dropped_rollouts[ALL_BYPASSED] += 1
+        stats.drop_rollout(ALL_BYPASSED, rollout.id)
         return None
     if not transitions:
-        stats.dropped_rollouts["no trainable call of a selected agent"] += 1
+        stats.drop_rollout("no trainable call of a selected agent", rollout.id)
         return None
 
     _place_rewards(transitions, intermediate, stats)
