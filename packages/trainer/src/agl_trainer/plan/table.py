@@ -60,6 +60,9 @@ def plan_table(models_dir: Path, gpu_memory_gib: float = 80.0) -> str:
                     serving = f"TP {vllm['tensor_parallel']}" + (
                         f" × DP {vllm['data_parallel']}" if vllm["data_parallel"] > 1 else ""
                     )
+                    servers = vllm.get("servers_per_node", 1)
+                    if servers > 1:  # LoRA over data-parallel ranks: a server per rank (vllm_server.split_per_gpu)
+                        serving = f"{servers} servers of TP {vllm['tensor_parallel']}"
                     update = p["memory"]["update"]
                     phases = list(p["memory"]["phases"].values())
                     parser = p["vllm"][0]["tool_parser"]["parser"]
