@@ -24,10 +24,10 @@ import httpx
 
 from agl.capture.answer_caches import turn_off_answer_caches
 from agl.capture.decorator import RolloutFunction, as_rollout_function
-from agl.capture.instrumentation import agent_naming_hooks
 from agl.capture.llm import LLM
 from agl.capture.tracing import http_inject
 from agl.capture.tracing.context import RolloutContext, reset_rollout, set_rollout
+from agl.capture.unnamed_calls import warn_unnamed_calls
 from agl.client import AglHTTPError, AsyncClient, Conflict, NotFound, server_url_from_env
 from agl.common import failure
 from agl.schema import Claim, bypass_story
@@ -248,8 +248,8 @@ class Runner:
         if completed.missed_attribution:
             self.stats.missed_attribution += completed.missed_attribution
             _warn_missed_attribution(ctx, completed.missed_attribution)
-        elif ctx.llm_calls_sent and ctx.llm_calls_unnamed == ctx.llm_calls_sent:
-            _warn_no_agent_named(ctx)
+        else:
+            warn_unnamed_calls(ctx)
 
     def _call_agent(self, task_input: Any, llm: LLM) -> Any:
         if self.agent.is_async:
@@ -375,31 +375,6 @@ def _warn_missed_attribution(ctx: RolloutContext, missed: int) -> None:
         missed,
         ctx.rollout_id,
         stacks,
-    )
-
-
-_warned_unnamed = False
-
-
-def _warn_no_agent_named(ctx: RolloutContext) -> None:
-    """Once per worker process: a framework hook is in place (an adapter, agl_otel) and yet no call of a rollout
-    carried an agent name. Every call is then stored unattributed, and a run that selects agents trains nothing."""
-    global _warned_unnamed
-    hooks = agent_naming_hooks()
-    if _warned_unnamed or not hooks:
-        return
-    _warned_unnamed = True
-    seen = [report for hook in hooks if (report := hook.attribution_report(ctx.framework_spans))]
-    log.warning(
-        "all %d LLM call(s) of rollout %s reached agl without an agent name, though %s %s in place to name them:"
-        " they are stored unattributed, and a run that selects agents (--agents) trains none of them. %s"
-        'Name the agent in the app (`with agl.agent("name"):` around its code), or see the guide of the'
-        " framework. (Said once per worker.)",
-        ctx.llm_calls_sent,
-        ctx.rollout_id,
-        ", ".join(type(h).__name__ for h in hooks),
-        "is" if len(hooks) == 1 else "are",
-        "".join(f"{line} " for line in seen),
     )
 
 

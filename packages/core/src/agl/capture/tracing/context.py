@@ -84,6 +84,7 @@ class RolloutContext:
     bypass_outcomes: Counter[str] = field(default_factory=Counter)  # "answered" / "refused" / "unreached"
     llm_calls_sent: int = 0
     llm_calls_unnamed: int = 0
+    llm_call_agents: Counter[str] = field(default_factory=Counter)  # the agent names the named ones carried
     # spans a span-reading hook (agl_otel) saw start in this rollout, by name: what the runner names when no call
     # got an agent name
     framework_spans: Counter[str] = field(default_factory=Counter)
@@ -119,11 +120,13 @@ class RolloutContext:
         with self._seq_lock:
             self.bypass_outcomes[outcome] += 1
 
-    def sent_llm_call(self, *, named: bool) -> None:
+    def sent_llm_call(self, *, agent: str | None) -> None:
         with self._seq_lock:
             self.llm_calls_sent += 1
-            if not named:
+            if agent is None:
                 self.llm_calls_unnamed += 1
+            elif agent in self.llm_call_agents or len(self.llm_call_agents) < 256:  # bounded: names, not calls
+                self.llm_call_agents[agent] += 1
 
     def saw_framework_span(self, name: str) -> None:
         with self._seq_lock:

@@ -22,7 +22,7 @@ import importlib
 import re
 from collections.abc import Callable
 from typing import Any
-from urllib.parse import quote
+from urllib.parse import quote, unquote
 
 from agl.capture.instrumentation import Instrumentor, importable
 from agl.capture.tracing.context import (
@@ -95,7 +95,8 @@ def _prepare(request: Any) -> RolloutContext | None:
     headers = attribution_headers(ctx)
     for key, value in headers.items():
         request.headers[key] = value
-    ctx.sent_llm_call(named=attr.HEADER_AGENT in headers)
+    agent = headers.get(attr.HEADER_AGENT)
+    ctx.sent_llm_call(agent=unquote(agent) if agent is not None else None)
     return ctx
 
 
