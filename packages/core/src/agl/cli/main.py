@@ -12,6 +12,7 @@ from typing import Any, NoReturn
 import click
 
 from agl._version import __version__
+from agl.cli.ray_options import ray_options
 from agl.cli.secrets import forbid_dumping, read_token_file, token_options
 from agl.cli.serve_options import engine_admission, run_selection, sampling_ownership, upstream_limits
 from agl.learn.selection import AgentSelection
@@ -345,13 +346,7 @@ def _run_worker(
     forbid_dumping()  # in each worker process (the flag does not pass to a spawned one): see agl.cli.secrets
     runner = Runner(load_agent(agent_spec), server_url, token=token, options=RunnerOptions(**options))
     stats = runner.run(max_rollouts=max_rollouts, idle_exit_s=idle_exit_s)
-    return {
-        "succeeded": stats.succeeded,
-        "failed": stats.failed,
-        "timeout": stats.timeout,
-        "superseded": stats.superseded,
-        "discarded": stats.discarded,
-    }
+    return {key: getattr(stats, key) for key in ("succeeded", "failed", "timeout", "superseded", "discarded")}
 
 
 @cli.command()
@@ -377,6 +372,7 @@ def _run_worker(
     help="Leave OPENAI_BASE_URL, OPENAI_API_BASE and OPENAI_API_KEY as they are (by default they point the OpenAI"
     " SDK, and every framework built on it, at this run's LLM URL, so an unchanged app's calls reach agl).",
 )
+@ray_options
 @click.option(
     "--log-level", default="warning", show_default=True, type=click.Choice(["debug", "info", "warning", "error"])
 )
@@ -392,12 +388,18 @@ def worker(
     heartbeat_s: float,
     keep_openai_env: bool,
     log_level: str,
+    **on_ray: Any,
 ) -> None:
-    """Run AGENT (`module:function` decorated with @agl.rollout) on rollouts claimed from the server."""
+    """Run AGENT (`module:function` decorated with @agl.rollout) on rollouts claimed from the server (with
+    --ray-address: --workers such processes over a Ray cluster)."""
     logging.basicConfig(level=log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     if heartbeat_s >= lease_s:
         _fail(f"--heartbeat ({heartbeat_s}) must be shorter than --lease ({lease_s})")
     forbid_dumping()  # this process holds the token too, whether it runs the rollouts or starts processes that do
+    if on_ray["ray_address"]:  # the processes run on the cluster's nodes instead (agl.capture.ray_workers)
+        from agl.capture.ray_workers import run_on_ray, worker_options_of
+
+        raise SystemExit(run_on_ray(agent, server_url, token, **worker_options_of(locals(), on_ray)))
     if token:  # for the in-process helpers that read it (agl.configure_otel); never passed to a command it runs
         os.environ["AGL_TOKEN"] = token
     from agl.capture.tracing.context import fixed_llm_base_url
