@@ -57,20 +57,29 @@ vllm: $(VLLM_STAMP)
 
 # The coding agents examples/coding-agents/ runs as rollouts, as the programs they are: the Python ones
 # (mini-swe-agent) in an environment of their own, not .venv, since they pull litellm, datasets and openai at versions
-# of their own that must not move the adapters' pins; the npm ones (Claude Code) from package-lock.json into
-# examples/coding-agents/node_modules. A rollout runs their command (.venv-harness/bin/mini, node_modules/.bin/claude);
-# agl is not in there.
+# of their own that must not move the adapters' pins; Aider in one more (.venv-aider), since aider-chat pins every
+# dependency exactly, against mini-swe-agent's (+25 s, +685 MB); the npm ones (Claude Code, Codex) from
+# package-lock.json into examples/coding-agents/node_modules, OpenCode and Qwen Code (+5 s, +123 MB) each from a
+# folder of its own. A rollout runs their command (.venv-harness/bin/mini, .venv-aider/bin/aider,
+# node_modules/.bin/claude); agl is not in there.
 HARNESS_VENV  := .venv-harness
 HARNESS_STAMP := $(HARNESS_VENV)/.installed-stamp
 HARNESS_DIR   := examples/coding-agents
-HARNESS_DEPS  := $(HARNESS_DIR)/requirements.txt $(HARNESS_DIR)/package.json $(HARNESS_DIR)/package-lock.json \
-                 $(HARNESS_DIR)/opencode/package.json $(HARNESS_DIR)/opencode/package-lock.json
+AIDER_VENV    := .venv-aider
+HARNESS_DEPS  := $(HARNESS_DIR)/requirements.txt $(HARNESS_DIR)/requirements-aider.txt \
+                 $(HARNESS_DIR)/package.json $(HARNESS_DIR)/package-lock.json \
+                 $(HARNESS_DIR)/opencode/package.json $(HARNESS_DIR)/opencode/package-lock.json \
+                 $(HARNESS_DIR)/qwen-code/package.json $(HARNESS_DIR)/qwen-code/package-lock.json
 
 $(HARNESS_STAMP): $(HARNESS_DEPS)
 	test -x $(HARNESS_VENV)/bin/python || $(PYTHON) -m venv $(HARNESS_VENV)
 	$(HARNESS_VENV)/bin/python -m pip install -q --upgrade pip
 	$(HARNESS_VENV)/bin/python -m pip install -q -r $(HARNESS_DIR)/requirements.txt
 	$(HARNESS_VENV)/bin/mini --help >/dev/null
+	test -x $(AIDER_VENV)/bin/python || $(PYTHON) -m venv $(AIDER_VENV)
+	$(AIDER_VENV)/bin/python -m pip install -q --upgrade pip
+	$(AIDER_VENV)/bin/python -m pip install -q -r $(HARNESS_DIR)/requirements-aider.txt
+	$(AIDER_VENV)/bin/aider --version
 	cd $(HARNESS_DIR) && npm ci --no-audit --no-fund --loglevel=error
 	$(HARNESS_DIR)/node_modules/.bin/claude --version
 	$(HARNESS_DIR)/node_modules/.bin/codex --version
@@ -80,6 +89,12 @@ $(HARNESS_STAMP): $(HARNESS_DEPS)
 	# directly: the same binary, locked with its integrity, no script. Elsewhere: AGL_OPENCODE names an `opencode`.
 	cd $(HARNESS_DIR)/opencode && npm ci --no-audit --no-fund --loglevel=error
 	$(HARNESS_DIR)/opencode/node_modules/opencode-linux-x64/bin/opencode --version
+	# Qwen Code: its optional platform packages (clipboard, pty, sharp, audio; a headless run needs none) are missing
+	# from some registries, whose lock then fails `npm ci`'s check, so its own folder (qwen-code/) installs it with
+	# `npm install --omit=optional` from its lock: the pinned package with its integrity, nothing else (it has no
+	# other dependency). Elsewhere: AGL_QWEN_CODE names a `qwen`.
+	cd $(HARNESS_DIR)/qwen-code && npm install --omit=optional --no-audit --no-fund --loglevel=error
+	$(HARNESS_DIR)/qwen-code/node_modules/.bin/qwen --version
 	touch $(HARNESS_STAMP)
 
 # The coding agents' programs (tests/test_harness_*.py run them).
@@ -195,4 +210,4 @@ bench-smoke: $(STAMP) $(VLLM_STAMP) $(TRL_STAMP)
 	$(BIN)/python benchmarks/perf/smoke.py
 
 clean:
-	rm -rf $(VENV) $(VLLM_VENV) $(TRL_DIR) .venv-newest .venv-gpu $(HARNESS_VENV) $(HARNESS_DIR)/node_modules runs site
+	rm -rf $(VENV) $(VLLM_VENV) $(TRL_DIR) .venv-newest .venv-gpu $(HARNESS_VENV) $(AIDER_VENV) $(HARNESS_DIR)/node_modules runs site

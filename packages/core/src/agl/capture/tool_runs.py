@@ -14,12 +14,19 @@ The formats (`FORMATS`):
   with `is_error`); a sub-agent's runs carry `parent_tool_use_id` and go under `AGENT/subagent`, as its calls do;
 - `codex`: `codex exec --json` (items `command_execution` with `exit_code`, `file_change` with `status`);
 - `opencode`: `opencode run --format json` (`tool_use` events, their `state.status`, bash's `metadata.exit`);
-- `mini-swe-agent`: the trajectory `mini -o FILE` writes (its actions and their `returncode`).
+- `mini-swe-agent`: the trajectory `mini -o FILE` writes (its actions and their `returncode`);
+- `qwen-code`: `qwen --output-format stream-json`, Claude Code's event shape (read as `claude-code` reads it), its
+  shell's exit code read from its result text (`Exit Code: N`); a sub-agent's runs stay under AGENT, where its calls
+  are (Qwen Code marks a sub-agent's requests in no header, so agl cannot store them apart);
+- `aider`: Aider's chat history (`--chat-history-file`, Markdown): its edits (`Applied edit to PATH`, or a reply
+  that did not conform to its edit format), the lint and test runs it did after them (`--auto-lint`, `--auto-test`
+  named in its command line): a failed one is the one it asks to fix; Aider writes no exit codes.
 
 The spans are recorded after the harness ended, so their times cannot say which model call asked for a run. Each
 span says it instead: by the tool call's id (`gen_ai.tool.call.id`, the id agl's proxy answered with) where the
 harness reports one, else by its order among the agent's calls of the listed tools (Codex reports no id: its k-th
-run answers its k-th `exec_command`, `apply_patch` or `shell` call). `agl.learn.air.llm_seq_before` reads both.
+run answers its k-th `exec_command`, `apply_patch` or `shell` call). Aider calls no tools: its runs carry the
+order of the reply they followed among its calls, with an empty list of tools. `agl.learn.air.llm_seq_before` reads both.
 
 A report is read as it streams, line by line (a million runs read whole took 1 GB): a line over MAX_LINE_BYTES, or
 one that is not JSON or nests deeper than orjson parses (1,024 levels), is skipped, and so is an event of a shape
@@ -48,8 +55,8 @@ from agl.common import attributes as attr
 from agl.protocol import SUB_AGENT_LABEL
 
 log = logging.getLogger("agl.worker")
-Format = Literal["claude-code", "codex", "opencode", "mini-swe-agent"]
-FORMATS: tuple[str, ...] = ("claude-code", "codex", "opencode", "mini-swe-agent")
+Format = Literal["claude-code", "codex", "opencode", "mini-swe-agent", "qwen-code", "aider"]
+FORMATS: tuple[str, ...] = ("claude-code", "codex", "opencode", "mini-swe-agent", "qwen-code", "aider")
 TAIL_CHARS = 2000
 # the model-side tools a Codex run answers with a command or a file change (its k-th run: the k-th such call)
 CODEX_TOOLS = ("exec_command", "apply_patch", "shell")
@@ -73,7 +80,8 @@ class ToolRun:
     exit_code: int | None = None
     output_tail: str = ""
     call_id: str | None = None  # the model's tool call it answers, when the harness says
-    ordinal: int | None = None  # else its order among the agent's calls of `CODEX_TOOLS` (0 = the first)
+    ordinal: int | None = None  # else its order among the agent's calls of `ordinal_of` (0 = the first)
+    ordinal_of: tuple[str, ...] = CODEX_TOOLS  # empty: among all the agent's calls (Aider's, which call no tools)
     sub_agent: bool = False  # run by a sub-agent of the harness (its calls are stored as `AGENT/subagent`)
     start: float | None = None  # seconds since the epoch, when the harness says
     end: float | None = None
@@ -100,7 +108,7 @@ def record_tool_runs(
             attributes[attr.TOOL_CALL_ID] = run.call_id
         if run.ordinal is not None:
             attributes[attr.TOOL_CALL_ORDINAL] = run.ordinal
-            attributes[attr.TOOL_CALL_ORDINAL_OF] = list(CODEX_TOOLS)
+            attributes[attr.TOOL_CALL_ORDINAL_OF] = list(run.ordinal_of)
         start = run.start if run.start is not None else now
         record_span(
             run.tool,
@@ -246,23 +254,38 @@ def _exit_code_said(output: str) -> int | None:
     head = output.removeprefix("Error: ").strip()
     if head.startswith("Exit code "):
         digits = head.removeprefix("Exit code ").split(maxsplit=1)[0] if head != "Exit code " else ""
-        return int(digits) if digits.lstrip("-").isdigit() and len(digits) < 20 else None
+        return _int(digits)
     return None
+
+
+def _qwen_exit_code(output: str) -> int | None:
+    """Qwen Code's run_shell_command ends its result with lines `Exit Code: N` (`(none)` when killed by a signal)."""
+    for line in reversed(output.splitlines()):
+        if line.startswith("Exit Code: "):
+            return _int(line.removeprefix("Exit Code: ").strip())
+    return None
+
+
+def _int(digits: str) -> int | None:
+    return int(digits) if digits.lstrip("-").isdigit() and len(digits) < 20 else None
 
 
 def _code(value: Any) -> int | None:
     return value if isinstance(value, int) and not isinstance(value, bool) else None
 
 
-def _claude_code(stream: IO[bytes], skipped: Skipped) -> Iterator[ToolRun]:
+def _claude_code(stream: IO[bytes], skipped: Skipped, qwen: bool = False) -> Iterator[ToolRun]:
+    """Claude Code's stream-json, or Qwen Code's (`qwen`: the same events; its shell tool, its exit codes)."""
     asked: dict[str, tuple[str, str, bool]] = {}  # tool_use id → (tool, its input, by a sub-agent)
+    shell = "run_shell_command" if qwen else "Bash"
 
     def read(event: dict[str, Any]) -> list[ToolRun]:
         message = event.get("message")
         blocks = message.get("content") if isinstance(message, dict) else None
         if not isinstance(blocks, list):
             return []
-        sub_agent = event.get("parent_tool_use_id") is not None
+        # Qwen Code's sub-agent calls are stored under the agent's own name: its runs go there too
+        sub_agent = event.get("parent_tool_use_id") is not None and not qwen
         runs: list[ToolRun] = []
         for block in blocks:
             if not isinstance(block, dict):
@@ -281,8 +304,8 @@ def _claude_code(stream: IO[bytes], skipped: Skipped) -> Iterator[ToolRun]:
                 tool, command, by_sub_agent = asked.pop(call_id)
                 output = _text(block.get("content"))
                 failed = block.get("is_error") is True
-                code = _exit_code_said(output) if tool == "Bash" else None
-                if tool == "Bash" and code is None:
+                code = None if tool != shell else _qwen_exit_code(output) if qwen else _exit_code_said(output)
+                if tool == shell and code is None:
                     code = 1 if failed else 0
                 runs.append(
                     ToolRun(
@@ -447,4 +470,68 @@ def _mini_swe_agent(stream: IO[bytes], skipped: Skipped) -> Iterator[ToolRun]:
     yield from _each(messages if isinstance(messages, list) else [], read, skipped, "messages of an unexpected shape")
 
 
-READERS = {"claude-code": _claude_code, "codex": _codex, "opencode": _opencode, "mini-swe-agent": _mini_swe_agent}
+def _qwen_code(stream: IO[bytes], skipped: Skipped) -> Iterator[ToolRun]:
+    yield from _claude_code(stream, skipped, qwen=True)
+
+
+def _aider(stream: IO[bytes], skipped: Skipped) -> Iterator[ToolRun]:
+    """Aider's chat history: its own notes are `> ` lines, each model call's ends with `> Tokens: ...`, and the
+    runs its reply led to follow (io.tool_output in aider/coders/base_coder.py). A session's first note is its
+    command line, which says whether it tests after an edit (`--auto-test`, `--test-cmd`). Aider says nothing of a
+    test that passed (it asks to fix one that failed), nor of a lint that passed: a reply's applied edit with
+    `--auto-test` and no failure said is a passing test; a lint run is recorded only when it failed."""
+    reply = -1  # the index among the session's calls of the reply the notes below follow
+    tests, test_command, argv_read = False, "", False
+    edited = False  # an edit of this reply applied: its test ran after it
+    failed: list[str] | None = None  # a reply's edits did not apply: the paths its error names, once read
+
+    def flush() -> list[ToolRun]:
+        nonlocal edited, failed
+        runs = []
+        if failed is not None:
+            runs.append(ToolRun("edit", "error", " ".join(failed), ordinal=reply, ordinal_of=()))
+        if edited and tests:
+            runs.append(ToolRun("test", "ok", test_command, ordinal=reply, ordinal_of=()))
+        edited, failed = False, None
+        return runs
+
+    for raw in _lines(stream, skipped):
+        line = raw.decode(errors="replace").rstrip()
+        note = line[2:] if line.startswith("> ") else None
+        if line.startswith("# aider chat started at"):
+            yield from flush()
+            reply, tests, test_command, argv_read = -1, False, "", False
+        elif note is not None and not argv_read:  # its command line, as Aider joins it (unquoted)
+            argv_read, argv = True, f" {note} "
+            tests = " --auto-test " in argv
+            test_command = argv.partition(" --test-cmd ")[2].partition(" --")[0].strip()
+        elif note is not None and note.startswith("Tokens: "):
+            yield from flush()
+            reply += 1
+        elif reply < 0:
+            continue
+        elif failed is not None and "failed to exactly match lines in " in line:
+            failed.append(line.rpartition(" lines in ")[2].strip())
+        elif note is None:
+            continue
+        elif note.startswith("Applied edit to "):
+            edited = True
+            yield ToolRun("edit", "ok", note.removeprefix("Applied edit to "), ordinal=reply, ordinal_of=())
+        elif note.startswith("The LLM did not conform to the edit format"):
+            failed = []
+        elif note.startswith("Attempt to fix lint errors?"):
+            yield ToolRun("lint", "error", ordinal=reply, ordinal_of=())
+        elif note.startswith("Attempt to fix test errors?"):
+            edited = False  # its test ran and failed
+            yield ToolRun("test", "error", test_command, ordinal=reply, ordinal_of=())
+    yield from flush()
+
+
+READERS = {
+    "claude-code": _claude_code,
+    "codex": _codex,
+    "opencode": _opencode,
+    "mini-swe-agent": _mini_swe_agent,
+    "qwen-code": _qwen_code,
+    "aider": _aider,
+}
