@@ -173,13 +173,13 @@ def on_workers(policy: VerlPolicy, fn: Callable[[Any], Any]) -> list[Any]:
     return list(ray.get([w.__ray_call__.remote(fn) for w in policy._wg._workers]))
 
 
+@pytest.mark.parametrize("lora", [False, True], ids=["full", "lora"])
 def test_colocated_turns_run_verls_offload_and_load_and_move_only_shards(
-    ray_cluster: None, tiny_model_dir: Any
+    ray_cluster: None, tiny_model_dir: Any, lora: bool
 ) -> None:
     overrides = {"actor.fsdp_config.reshard_after_forward": False}  # the forward leaves every module unsharded
-    with VerlPolicy(
-        tiny_model_dir, PolicyConfig(lora=False, lr=1e-3), workers=2, num_cpus=2, overrides=overrides
-    ) as policy:
+    config = PolicyConfig(lora=lora, lr=1e-2 if lora else 1e-3)
+    with VerlPolicy(tiny_model_dir, config, workers=2, num_cpus=2, overrides=overrides) as policy:
         on_workers(policy, spy_on_moves)
         # unaided, a CPU "offloads" through verl's load branch: the GPU's offload functions never run
         policy.to_host()

@@ -90,7 +90,12 @@ class AglActorWorker(ActorRolloutRefWorker):  # type: ignore[misc]
     @register(dispatch_mode=Dispatch.ONE_TO_ALL)  # type: ignore[untyped-decorator,unused-ignore]
     def to(self, device: str, model: bool = True, optimizer: bool = True, grad: bool = True) -> None:
         """verl's own move (`TrainingWorker.to`: "device" or "cpu"), then, leaving the accelerator, every freed
-        block handed back to the driver (synchronize, then `empty_cache`): vLLM wakes into that memory next."""
+        block handed back to the driver (synchronize, then `empty_cache`): vLLM wakes into that memory next.
+
+        No `reshard()` is needed first, although a forward can leave FSDP2 modules (the root's always, when
+        `reshard_after_forward` is off) holding their gathered parameters: verl's offload is `module.to("cpu")`, and
+        FSDP2's `FSDPModule._apply`, which that runs on each FSDP module, reshards it (freeing the gathered copies)
+        before moving anything. tests/test_verl_offload.py checks it through verl's real offload branch."""
         super().to(device, model=model, optimizer=optimizer, grad=grad)
         accelerator = get_torch_device()
         emptied = device == "cpu"
