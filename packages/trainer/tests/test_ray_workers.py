@@ -108,3 +108,53 @@ def test_workers_over_two_nodes_survive_a_killed_worker_and_leave_nothing(
         assert worker_processes() == [], worker_processes()  # nothing left on either node
         logs = sorted(p.name for p in log_dir.iterdir())
         assert len({name.split(".", 1)[1] for name in logs}) >= 2, logs  # logs of workers on both nodes
+
+
+def test_a_training_run_starts_its_rollout_workers_on_the_cluster(tmp_path: Path) -> None:
+    """`agl train --ray-address ADDR --rollout-workers 2`: the run's server listens on this node's address with an
+    operator token, its workers are spread over both nodes, the step trains on their rollouts, and the run's end
+    leaves no worker process."""
+    from agl.store import Store
+    from agl_trainer.models import build_tiny_llama
+    from agl_trainer.policy.trainer import PolicyConfig
+    from agl_trainer.run.loop import TrainConfig, TrainingRun
+
+    model = build_tiny_llama(tmp_path / "tiny")
+    run_dir = tmp_path / "run"
+    with two_nodes(tmp_path, gpus=0, cpus=2) as address:
+        with connected(address):
+            pass
+        import ray
+
+        if ray.is_initialized():
+            ray.shutdown()
+        config = TrainConfig(
+            agent=AGENT,
+            train_tasks=[f"task {i}" for i in range(4)],
+            eval_tasks=["e1"],
+            run_dir=run_dir,
+            model=str(model),
+            device="cpu",
+            steps=1,
+            tasks_per_step=2,
+            group_size=4,
+            eval_every=5,
+            concurrency=2,
+            ray_address=address,
+            rollout_workers=2,
+            policy=PolicyConfig(lr=1e-2),
+            rollout_timeout_s=120,
+        )
+        try:
+            summary = TrainingRun(config).run()
+        finally:
+            if ray.is_initialized():
+                ray.shutdown()
+    assert summary.steps == 1
+    with Store(run_dir) as store:
+        rollouts, _ = store.list_rollouts(limit=100)
+    assert sum(r.status.value == "succeeded" and r.mode == "train" for r in rollouts) == 8
+    logs = sorted(p.name for p in (run_dir / "logs").glob("worker-*.*.log"))
+    assert len(logs) == 2 and len({name.split(".", 1)[1] for name in logs}) == 2, logs  # one worker per node
+    assert (run_dir / ".token").stat().st_mode & 0o777 == 0o600
+    assert worker_processes() == []

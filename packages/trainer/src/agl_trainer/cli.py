@@ -110,6 +110,7 @@ def _read_tasks(path: str, what: str) -> list[object]:
     "is_mode",
     "max_staleness",
     "workers",
+    "rollout_workers",
     "concurrency",
     "device",
     "temperature",

@@ -105,6 +105,9 @@ class TrainConfig:
     # this many versions older than the one being updated is never trained on. 0: rollouts, then the update
     max_staleness: int = 0
     workers: int = 2
+    # with ray_address: this many rollout workers spread over the Ray cluster's nodes instead of `workers` here
+    # (agl_trainer.run.worker_pool; 0: the workers run on this machine)
+    rollout_workers: int = 0
     concurrency: int = 8
     max_batch: int = 16
     temperature: float = 1.0  # sampling temperature of training rollouts whose agent sets none
@@ -149,8 +152,14 @@ class TrainConfig:
             problems.append(f"trainer must be 'agl' or 'verl', got {self.trainer!r}")
         if self.trainer_workers is not None and int(self.trainer_workers) < 1:
             problems.append(f"trainer_workers must be ≥ 1, got {self.trainer_workers}")
-        if self.trainer != "verl" and (self.trainer_workers not in (None, 1) or self.ray_address):
-            problems.append("trainer_workers and ray_address are verl's: give them with trainer 'verl'")
+        # ray_address serves verl's ranks, or the rollout workers spread over the cluster (rollout_workers)
+        if self.trainer != "verl" and (
+            self.trainer_workers not in (None, 1) or (self.ray_address and not self.rollout_workers)
+        ):
+            problems.append(
+                "trainer_workers and ray_address are verl's: give them with trainer 'verl' (or ray_address with"
+                " rollout_workers, for workers on the cluster)"
+            )
         if self.trainer == "verl" and self.ray_address and self.checkpoint_dir is None:
             problems.append(
                 "verl on a Ray cluster (ray_address) writes each rank's checkpoint shards on its own node: give "
@@ -162,6 +171,10 @@ class TrainConfig:
             problems.append(f"max_staleness must be ≥ 0, got {self.max_staleness}")
         if int(self.rollout_gpus) < 0:
             problems.append(f"rollout_gpus must be ≥ 0, got {self.rollout_gpus}")
+        if self.rollout_workers and not self.ray_address:
+            problems.append("rollout_workers starts the workers on a Ray cluster: give ray_address too")
+        if int(self.rollout_workers) < 0:
+            problems.append(f"rollout_workers must be ≥ 0, got {self.rollout_workers}")
         if self.rollout_gpus and self.engine != "vllm":
             problems.append("rollout_gpus gives GPUs to vLLM: give it with engine 'vllm'")
         if self.engine_url and self.engine == "vllm":

@@ -139,6 +139,11 @@ SPECS: dict[str, Spec] = {
             "older than the one updated is dropped (counted). 0: rollouts, then the update.",
         ),
         Spec("workers", "Worker processes."),
+        Spec(
+            "rollout_workers",
+            "With --ray-address: this many rollout workers spread over the Ray cluster's nodes (restarted by Ray,"
+            " stopped with the run) instead of --workers on this machine.",
+        ),
         Spec("concurrency", "Rollouts at once per worker."),
         Spec("device", "cpu, cuda, ... or auto."),
         Spec(

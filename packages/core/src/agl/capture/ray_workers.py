@@ -95,6 +95,7 @@ class RayWorkers:
     restarts: list[int] = field(default_factory=list)
     lost: set[int] = field(default_factory=set)
     say: Any = print
+    checked_at: float = 0.0
 
     @classmethod
     def start(
@@ -162,6 +163,13 @@ class RayWorkers:
     @property
     def alive(self) -> int:
         return len(self.actors) - len(self.lost)
+
+    def all_gone(self) -> bool:
+        """Whether every worker is lost for good (checked every CHECK_EVERY_S at most): what a run's wait asks."""
+        if time.monotonic() - self.checked_at >= CHECK_EVERY_S:
+            self.checked_at = time.monotonic()
+            self.check()
+        return self.alive == 0
 
     def stop(self) -> None:
         """Every worker stopped, its actor killed without restart: nothing left on any node."""

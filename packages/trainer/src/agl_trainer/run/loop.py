@@ -29,7 +29,6 @@ from __future__ import annotations
 
 import contextlib
 import json
-import secrets
 import subprocess
 import time
 from collections import Counter
@@ -42,7 +41,7 @@ from typing import Any, cast
 from rich.console import Console
 
 from agl.client import Client
-from agl.common.processes import ServerProcess, start_server, start_worker, stop_processes
+from agl.common.processes import ServerProcess, start_server, stop_processes
 from agl.learn.air import DEFAULT_RULES, AirRule
 from agl.learn.selection import AgentSelection
 from agl.schema import ModelVersionIn
@@ -83,6 +82,7 @@ from agl_trainer.run.step_transitions import (
     step_transitions,
     write_transitions,
 )
+from agl_trainer.run.worker_pool import cluster_host, start_rollout_workers, write_secret
 from agl_trainer.tracking.metrics import MetricsLog
 from agl_trainer.tracking.trackers import open_trackers
 
@@ -126,7 +126,8 @@ class TrainingRun:
             self.agent_adapters = agent_adapters(sorted(self.selection.agents))
         # a task's own AIR rules (a benchmark's SQL errors, empty retrievals) replace agl's defaults when given
         self.rules: Sequence[AirRule] = (DEFAULT_RULES if air_rules is None else tuple(air_rules)) if config.air else ()
-        self.workers: list[subprocess.Popen[bytes]] = []
+        # the rollout workers: local processes, or the Ray workers' pool (agl_trainer.run.worker_pool)
+        self.workers: list[subprocess.Popen[bytes]] | Any = []
         self.checkpoint_root = Path(config.checkpoint_dir) if config.checkpoint_dir else self.run_dir / "checkpoints"
         self.t0 = time.monotonic()
         self.version_steps: dict[int, int] = {}  # each published model version → the step whose rollouts it served
@@ -159,31 +160,25 @@ class TrainingRun:
         # on several nodes the proxy routes over every node's server (agl.server.engines)
         more = [f"--upstream={url}" for url in (self.fleet.urls()[1:] if self.fleet else [])]
         # the engine routes need a token even on loopback: the trainer's own, in a file only its user reads
-        admin_token = secrets.token_urlsafe(32)
         admin_file = self.run_dir / ".admin-token"
-        admin_file.touch(mode=0o600)
-        admin_file.chmod(0o600)  # a file left by an earlier run keeps its mode otherwise
-        admin_file.write_text(admin_token)
+        admin_token = write_secret(admin_file)
+        # rollout workers on a Ray cluster reach the server on this node's address, with an operator token
+        host = cluster_host(cfg)
+        operator = write_secret(self.run_dir / ".token") if host else None
+        cluster = [f"--token-file={self.run_dir / '.token'}"] if host else []
         # the engine's key reaches the proxy in its environment, never on a command line
         engine_key = {"AGL_UPSTREAM_API_KEY": self.upstream_key} if self.upstream_key else {}
         self.server: ServerProcess = start_server(
             self.run_dir,
             upstream=upstream,
-            extra_args=["--log-level=warning", f"--admin-token-file={admin_file}", *sampling, *more],
+            host=host or "127.0.0.1",
+            extra_args=["--log-level=warning", f"--admin-token-file={admin_file}", *cluster, *sampling, *more],
             env=engine_key,
         )
         stack.callback(self.server.stop)
-        for i in range(cfg.workers):
-            self.workers.append(
-                start_worker(
-                    cfg.agent,
-                    self.server.url,
-                    concurrency=cfg.concurrency,
-                    log_path=self.run_dir / "logs" / f"worker-{i}.log",
-                )
-            )
+        self.workers = start_rollout_workers(cfg, self.server.url, operator, self.run_dir / "logs", self.console)
         stack.callback(self._stop_workers)
-        self.client = stack.enter_context(Client(self.server.url, token=admin_token))
+        self.client = stack.enter_context(Client(self.server.url, token=operator or admin_token))
         if self.fleet is not None:  # a server that stops leaves the proxy's rotation; the run goes on with the rest
             self.fleet.on_lost.append(self.client.remove_engine)
         self.rollouts = RolloutQueue(
@@ -191,7 +186,7 @@ class TrainingRun:
         )
         self.max_staleness, self.hold_calls = choose_overlap(cfg, self.sharing, self.inference, self.console)
         self.console.print(
-            f"{where} · server {self.server.url} · {cfg.workers} workers × "
+            f"{where} · server {self.server.url} · {cfg.rollout_workers or cfg.workers} workers × "
             f"{cfg.concurrency} · training {self.selection}"
             + (f" · max staleness {self.max_staleness}" if cfg.max_staleness else "")
         )
@@ -228,7 +223,10 @@ class TrainingRun:
         self.version_steps[published.version] = step
 
     def _stop_workers(self) -> None:
-        stop_processes(self.workers)
+        if isinstance(self.workers, list):
+            stop_processes(self.workers)
+        else:
+            self.workers.stop()  # the Ray workers: every one stopped, on every node
 
     # ----------------------------------------------------------------------------------- steps
 

@@ -6,6 +6,7 @@ import subprocess
 import time
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
@@ -21,7 +22,7 @@ def wait_for_rollouts(
     label: str,
     console: Console,
     stall_s: float,
-    workers: Sequence[subprocess.Popen[bytes]],
+    workers: Sequence[subprocess.Popen[bytes]] | Any,
     logs: Path,
 ) -> list[Rollout]:
     """The rollouts once all have finished. A long batch is fine (each rollout has its own time limit, which the
@@ -38,7 +39,7 @@ def wait_for_rollouts(
                 return rollouts
             if finished > done:
                 done, last_progress = finished, time.monotonic()
-            if all(w.poll() is not None for w in workers):
+            if _all_gone(workers):
                 raise RuntimeError(f"every worker process exited; see {logs}")
             if time.monotonic() - last_progress > stall_s:
                 raise RuntimeError(
@@ -46,3 +47,11 @@ def wait_for_rollouts(
                     "are in the run's store"
                 )
             time.sleep(0.25)
+
+
+def _all_gone(workers: Sequence[subprocess.Popen[bytes]] | Any) -> bool:
+    """Whether no worker is left: every local process exited, or every Ray worker lost for good (`all_gone`)."""
+    gone = getattr(workers, "all_gone", None)
+    if gone is not None:
+        return bool(gone())
+    return all(w.poll() is not None for w in workers)
