@@ -162,7 +162,8 @@ def test_mini_swe_agent_s_trajectory_its_submission_neither_ok_nor_failed(tmp_pa
 
 def test_an_unknown_format_is_named_and_a_missing_report_gives_no_runs(tmp_path: Path) -> None:
     with pytest.raises(
-        ValueError, match=r"unknown format 'aider'; known: claude-code, codex, opencode, mini-swe-agent"
+        ValueError,
+        match=r"unknown format 'goose'; known: claude-code, codex, opencode, mini-swe-agent, qwen-code, aider",
     ):
-        read_tool_runs(tmp_path / "t.txt", "aider")
+        read_tool_runs(tmp_path / "t.txt", "goose")
     assert read_tool_runs(tmp_path / "never-written.txt", "codex") == []
