@@ -12,7 +12,7 @@ from typing import Any, NoReturn
 import click
 
 from agl._version import __version__
-from agl.cli.ray_options import ray_options
+from agl.cli.ray_options import k8s_manifest, ray_options
 from agl.cli.secrets import forbid_dumping, read_token_file, token_options
 from agl.cli.serve_options import engine_admission, run_selection, sampling_ownership, upstream_limits
 from agl.learn.selection import AgentSelection
@@ -396,6 +396,9 @@ def worker(
     if heartbeat_s >= lease_s:
         _fail(f"--heartbeat ({heartbeat_s}) must be shorter than --lease ({lease_s})")
     forbid_dumping()  # this process holds the token too, whether it runs the rollouts or starts processes that do
+    if on_ray["k8s_manifest"]:
+        click.echo(k8s_manifest(agent, server_url, locals(), on_ray), nl=False)
+        return
     if on_ray["ray_address"]:  # the processes run on the cluster's nodes instead (agl.capture.ray_workers)
         from agl.capture.ray_workers import run_on_ray, worker_options_of
 
