@@ -75,7 +75,7 @@ def test_workers_over_two_nodes_survive_a_killed_worker_and_leave_nothing(
         proc = subprocess.Popen(command, env={**ENV, "AGL_TOKEN": TOKEN}, stdout=out, stderr=subprocess.STDOUT)
         try:
             deadline = time.monotonic() + 180
-            while len(worker_processes()) < 2:
+            while len(worker_processes()) < 2 or "worker(s) on" not in (tmp_path / "command.log").read_text():
                 assert proc.poll() is None, (tmp_path / "command.log").read_text()[-3000:]
                 assert time.monotonic() < deadline, (tmp_path / "command.log").read_text()[-3000:]
                 time.sleep(1)
@@ -110,47 +110,49 @@ def test_workers_over_two_nodes_survive_a_killed_worker_and_leave_nothing(
         assert len({name.split(".", 1)[1] for name in logs}) >= 2, logs  # logs of workers on both nodes
 
 
+def train_on(address: str, model_dir: str, run_dir: str) -> None:
+    """One step of `agl train --ray-address ADDR --rollout-workers 2`, in a driver process of its own (a process that
+    ran a local Ray before has its actors on a joined cluster cancelled: test_ray_placement says so)."""
+    from agl_trainer.policy.trainer import PolicyConfig
+    from agl_trainer.run.loop import TrainConfig, TrainingRun
+
+    config = TrainConfig(
+        agent=AGENT,
+        train_tasks=[f"task {i}" for i in range(4)],
+        eval_tasks=["e1"],
+        run_dir=Path(run_dir),
+        model=model_dir,
+        device="cpu",
+        steps=1,
+        tasks_per_step=2,
+        group_size=4,
+        eval_every=5,
+        concurrency=2,
+        ray_address=address,
+        rollout_workers=2,
+        policy=PolicyConfig(lr=1e-2),
+        rollout_timeout_s=120,
+    )
+    print(TrainingRun(config).run().steps)
+
+
 def test_a_training_run_starts_its_rollout_workers_on_the_cluster(tmp_path: Path) -> None:
     """`agl train --ray-address ADDR --rollout-workers 2`: the run's server listens on this node's address with an
     operator token, its workers are spread over both nodes, the step trains on their rollouts, and the run's end
     leaves no worker process."""
     from agl.store import Store
     from agl_trainer.models import build_tiny_llama
-    from agl_trainer.policy.trainer import PolicyConfig
-    from agl_trainer.run.loop import TrainConfig, TrainingRun
 
     model = build_tiny_llama(tmp_path / "tiny")
     run_dir = tmp_path / "run"
     with two_nodes(tmp_path, gpus=0, cpus=2) as address:
-        with connected(address):
-            pass
-        import ray
-
-        if ray.is_initialized():
-            ray.shutdown()
-        config = TrainConfig(
-            agent=AGENT,
-            train_tasks=[f"task {i}" for i in range(4)],
-            eval_tasks=["e1"],
-            run_dir=run_dir,
-            model=str(model),
-            device="cpu",
-            steps=1,
-            tasks_per_step=2,
-            group_size=4,
-            eval_every=5,
-            concurrency=2,
-            ray_address=address,
-            rollout_workers=2,
-            policy=PolicyConfig(lr=1e-2),
-            rollout_timeout_s=120,
+        code = (
+            f"import sys; sys.path.insert(0, {str(Path(__file__).parent)!r}); import test_ray_workers as t; "
+            f"t.train_on({address!r}, {str(model)!r}, {str(run_dir)!r})"
         )
-        try:
-            summary = TrainingRun(config).run()
-        finally:
-            if ray.is_initialized():
-                ray.shutdown()
-    assert summary.steps == 1
+        done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=600, env=ENV)
+        assert done.returncode == 0, done.stderr[-3000:]
+    assert done.stdout.strip().splitlines()[-1] == "1"
     with Store(run_dir) as store:
         rollouts, _ = store.list_rollouts(limit=100)
     assert sum(r.status.value == "succeeded" and r.mode == "train" for r in rollouts) == 8
