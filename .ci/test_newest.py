@@ -158,9 +158,10 @@ class Harness:
     program: str  # the command: node_modules/.bin/<program> (npm) or bin/<program> of the venv (pip)
     env: str  # the variable the example and its test read for the program's path
     test: str  # its test module
-    npm: str = ""  # installed as <npm>@latest ...
+    npm: str = ""  # installed as <npm>@latest, in a folder of its own, ...
     pip: tuple[str, ...] = ()  # ... or with `pip install -U` (the program's package first), in a venv of its own
     report: tuple[str, ...] = ()  # for pip harnesses: distributions whose versions the summary shows
+    npm_flags: tuple[str, ...] = ()  # more `npm install` flags
 
 
 HARNESSES = (
@@ -179,6 +180,24 @@ HARNESSES = (
         "tests/test_harness_mini_swe_agent.py",
         pip=("mini-swe-agent", "litellm", "openai"),
         report=("mini-swe-agent", "litellm", "openai"),
+    ),
+    # the registry these machines use lacks some of its optional platform packages (clipboard), which it runs without
+    Harness(
+        "qwen-code",
+        "qwen",
+        "AGL_QWEN_CODE",
+        "tests/test_harness_qwen_code.py",
+        npm="@qwen-code/qwen-code",
+        npm_flags=("--omit=optional",),
+    ),
+    # Aider pins every dependency exactly: a venv of its own (as every pip harness here), apart from mini-swe-agent's
+    Harness(
+        "aider",
+        "aider",
+        "AGL_AIDER",
+        "tests/test_harness_aider.py",
+        pip=("aider-chat",),
+        report=("aider-chat", "litellm", "openai"),
     ),
 )
 HARNESS_JOB = "harnesses"
@@ -289,34 +308,33 @@ def run_harnesses(harnesses: tuple[Harness, ...], root: Path) -> dict[str, objec
     pytest_python = REPO / ".venv" / "bin" / "python"
     if rc == 0 and not pytest_python.exists():
         rc = _note(log, f"{pytest_python} is missing: the harness tests run in the main environment (make install)")
-    npm = [h for h in harnesses if h.npm]
-    if rc == 0 and npm:
-        folder = job / "npm"
+    for h in [h for h in harnesses if h.npm] if rc == 0 else []:
+        folder = job / f"npm-{h.name}"
         folder.mkdir()
         # a package.json of its own: else npm installs into the nearest folder above that has one
         (folder / "package.json").write_text(json.dumps({"name": "agl-newest-harnesses", "private": True}))
-        npm_install = ["npm", "install", "--no-audit", "--no-fund", "--loglevel=error"]
-        rc = _run([*npm_install, *(f"{h.npm}@latest" for h in npm)], log, cwd=folder)
-        for h in npm if rc == 0 else []:
+        npm_install = ["npm", "install", "--no-audit", "--no-fund", "--loglevel=error", *h.npm_flags]
+        rc = _run([*npm_install, f"{h.npm}@latest"], log, cwd=folder)
+        if rc == 0:
             programs[h.env] = str(folder / "node_modules" / ".bin" / h.program)
             # the program must run as installed (Claude Code's postinstall puts its native binary in place)
             versions[h.program] = _output([programs[h.env], "--version"], log)
-            rc = rc or int(versions[h.program] == "-")
-    pip = [h for h in harnesses if h.pip]
-    if rc == 0 and pip:
-        env_dir = job / "venv"
+            rc = int(versions[h.program] == "-")
+        if rc:
+            break
+    for h in [h for h in harnesses if h.pip] if rc == 0 else []:
+        env_dir = job / f"venv-{h.name}"
         venv.create(env_dir, with_pip=True)
         python = str(env_dir / "bin" / "python")
-        packages = list(dict.fromkeys(p for h in pip for p in h.pip))
-        rc = _run(
-            [python, "-m", "pip", "install", "-q", "--disable-pip-version-check", "--no-compile", "-U", *packages], log
-        )
-        for h in pip if rc == 0 else []:
+        install = [python, "-m", "pip", "install", "-q", "--disable-pip-version-check", "--no-compile", "-U"]
+        rc = _run([*install, *h.pip], log)
+        if rc == 0:
             programs[h.env] = str(env_dir / "bin" / h.program)
             versions.update(_pip_versions(python, h.report))
-            rc = rc or _run([programs[h.env], "--help"], log)
-        if rc == 0:
-            _run([python, "-m", "pip", "show", *(h.pip[0] for h in pip)], log)
+            rc = _run([programs[h.env], "--help"], log)
+            _run([python, "-m", "pip", "show", h.pip[0]], log)
+        if rc:
+            break
     install_s = time.monotonic() - t0
     junit = root / f"{HARNESS_JOB}.junit.xml"
     junit.unlink(missing_ok=True)

@@ -85,3 +85,7 @@ def test_aider_repairs_a_file_with_its_own_edits_and_every_call_is_stored_exactl
     assert said == [(0, "edit", "error"), (1, "edit", "ok"), (1, "test", "error"), (2, "edit", "ok"), (2, "test", "ok")]
     assert all(s.agent_name == "aider" and s.attributes[TOOL_CALL_ORDINAL_OF] == [] for s in runs)
     assert [s.attributes[TOOL_COMMAND] for s in runs if s.attributes[TOOL_NAME] == "test"] == [TEST_COMMAND] * 2
+    # and AIR places each after the reply it followed (Aider calls no tools: its order among all of Aider's calls)
+    from agl.learn.air import llm_seq_before
+
+    assert [llm_seq_before(s, calls) for s in runs] == [calls[k].seq for k in (0, 1, 1, 2, 2)]

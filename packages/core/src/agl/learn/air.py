@@ -58,7 +58,9 @@ def llm_seq_before(span: Span, calls: Sequence[CallView]) -> int | None:
 def _call_that_asked(span: Span, calls: Sequence[CallView]) -> int | None:
     """The seq of the call whose answer asked for the tool run `span` records, where the span names it: by the tool
     call's id, or by its order among its agent's calls of the tools it lists (a harness whose report gives no id;
-    agl.capture.tool_runs). A harness's runs are recorded after it ended, when their times no longer tell."""
+    agl.capture.tool_runs), or among all its agent's calls when it lists none (a harness that calls no tools, as
+    Aider, whose runs follow its answers). A harness's runs are recorded after it ended, when their times no longer
+    tell."""
     ordered = sorted(calls, key=lambda c: c.seq)
     call_id = span.attributes.get(attr.TOOL_CALL_ID)
     if isinstance(call_id, str):
@@ -66,7 +68,12 @@ def _call_that_asked(span: Span, calls: Sequence[CallView]) -> int | None:
     ordinal, listed = span.attributes.get(attr.TOOL_CALL_ORDINAL), span.attributes.get(attr.TOOL_CALL_ORDINAL_OF)
     if not isinstance(ordinal, int) or not isinstance(listed, list):
         return None
-    asking = [c.seq for c in ordered if c.agent_name == span.agent_name for t in _tool_calls(c) if _name(t) in listed]
+    if not listed:  # a harness that calls no tools (Aider edits by text): its order among all of its agent's calls
+        asking = [c.seq for c in ordered if c.agent_name == span.agent_name]
+    else:
+        asking = [
+            c.seq for c in ordered if c.agent_name == span.agent_name for t in _tool_calls(c) if _name(t) in listed
+        ]
     return asking[ordinal] if 0 <= ordinal < len(asking) else None
 
 
