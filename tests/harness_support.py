@@ -11,7 +11,9 @@ from agl.learn.air import air_rewards, llm_seq_before
 from agl.schema import LLMCall, RolloutDetail
 from agl.testing.upstream import encode, render_prompt
 
-TEST_COMMAND = "python3 check.py"  # the task's test: exit 0 once calc.add adds (1 before: an AssertionError)
+TEST_COMMAND = "python3 -B check.py"  # the task's test: exit 0 once calc.add adds (1 before: an AssertionError)
+# -B: no bytecode cache, whose check (the source's mtime in seconds, and its size) misses an edit of the same size
+# within the second of the last run: the stale module ran, and a fixed file still failed its test
 FIXED_ANSWER = "Fixed: add() returns a + b and check.py passes."
 
 

@@ -26,7 +26,9 @@ import agl
 
 PINNED = Path(__file__).resolve().parents[2] / ".venv-aider" / "bin" / "aider"
 # LiteLLM's price list read from the package instead of fetched from the network (LiteLLM reads it at import)
-QUIET = {"LITELLM_LOCAL_MODEL_COST_MAP": "True"}
+# LiteLLM's bundled price list (no download); and no bytecode cache for the tests Aider runs: an edit of the same
+# size within the second of the last run leaves calc.py's mtime and size as cached, and Python ran the stale module
+QUIET = {"LITELLM_LOCAL_MODEL_COST_MAP": "True", "PYTHONDONTWRITEBYTECODE": "1"}
 # Aider's documented switches (aider.chat/docs/config/options.html) for a run with nobody at the terminal and no
 # traffic but the model's: every question answered yes, no git (the workspace is no repository; nothing committed),
 # plain output, no update check, analytics, release notes, model warnings or URL fetching. Shell commands the model
