@@ -45,6 +45,11 @@ def test_the_overview_counts_the_run_and_embeds_the_curve(run: tuple[ServerProce
     assert 'data-points="6"' in page  # 2 train rewards + 2 success rates + 2 accuracies
     counts = get(server, "/ui/api/overview").json()
     assert counts["rollouts"] == 120 and counts["llm_calls"] == 8
+    # the workers by node (a worker id's part before its pid and suffix; these are ids without one), their attempts
+    nodes = counts["workers_by_node"]
+    assert "<h2>Workers by node</h2>" in page and {n["node"] for n in nodes} >= {"w1"}
+    assert all(n["claimed"] == n["running"] + n["finished"] + n["failed"] for n in nodes)
+    assert sum(n["finished"] for n in nodes) == 9
 
 
 def test_the_overview_lists_the_training_steps_with_staleness_and_importance_weights(

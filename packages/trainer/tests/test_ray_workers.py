@@ -108,6 +108,14 @@ def test_workers_over_two_nodes_survive_a_killed_worker_and_leave_nothing(
         assert worker_processes() == [], worker_processes()  # nothing left on either node
         logs = sorted(p.name for p in log_dir.iterdir())
         assert len({name.split(".", 1)[1] for name in logs}) >= 2, logs  # logs of workers on both nodes
+        # the dashboard's overview counts each node's workers and their attempts
+        from agl.server.dashboard.queries import overview
+        from agl.store import Store
+
+        with Store(token_server.run_dir) as store:
+            nodes = overview(store.path)["workers_by_node"]
+        assert len(nodes) == 2 and sum(n["finished"] for n in nodes) == 24, nodes
+        assert sum(n["workers"] for n in nodes) >= 3 and sum(n["failed"] for n in nodes) >= 1  # the restarted one
 
 
 def train_on(address: str, model_dir: str, run_dir: str) -> None:

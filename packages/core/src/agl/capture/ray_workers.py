@@ -53,7 +53,7 @@ class WorkerHost:
         with log.open("ab") as out:
             self.proc = subprocess.Popen(
                 argv,
-                env={**os.environ, **env},
+                env={**os.environ, **env, "AGL_WORKER_NODE": f"{self.address}/{self.node_id[:8]}"},
                 stdout=out,
                 stderr=subprocess.STDOUT,
                 preexec_fn=killed_with_parent(),  # the kernel kills it with this actor

@@ -69,8 +69,12 @@ class RunnerOptions:
     heartbeat_s: float = 5.0
     claim_wait_s: float = 2.0
     retry_for_s: float = 120.0  # how long to keep re-sending a result while the server is unreachable
+    # <node>-<pid>-<random>: the dashboard counts attempts per node by the part before the pid (AGL_WORKER_NODE names
+    # the node where a cluster's workers share a host name: agl.capture.ray_workers)
     worker_id: str = field(
-        default_factory=lambda: f"{socket.gethostname()}-{os.getpid()}-{random.randrange(16**4):04x}"
+        default_factory=lambda: (
+            f"{os.environ.get('AGL_WORKER_NODE') or socket.gethostname()}-{os.getpid()}-{random.randrange(16**4):04x}"
+        )
     )
 
 

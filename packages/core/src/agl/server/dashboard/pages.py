@@ -97,6 +97,19 @@ def _engines_table(engines: Sequence[Mapping[str, Any]]) -> str:
     )
 
 
+def _workers_table(nodes: Sequence[Mapping[str, Any]]) -> str:
+    """Per node: its workers and their attempts (agl.server.dashboard.queries.workers_by_node)."""
+    rows = "".join(
+        f"<tr data-node='{_e(n['node'])}'><td>{_e(n['node'])}</td><td>{n['workers']}</td><td>{n['claimed']}</td>"
+        f"<td>{n['running']}</td><td>{n['finished']}</td><td>{n['failed']}</td></tr>"
+        for n in nodes
+    )
+    return (
+        "<table><thead><tr><th>node</th><th>workers</th><th>attempts claimed</th><th>running</th><th>finished</th>"
+        f"<th>failed or lost</th></tr></thead><tbody>{rows}</tbody></table>"
+    )
+
+
 def overview(
     run_name: str,
     counts: Mapping[str, Any],
@@ -135,6 +148,11 @@ def overview(
         f"<script type=application/json id=curve-data>{_json_for_script(curve)}</script></figure>"
         + ("<h2>Training steps</h2>" + _steps_table(steps) if steps else "")
         + ("<h2>Engines</h2>" + _engines_table(engines) if len(engines) > 1 else "")
+        + (
+            "<h2>Workers by node</h2>" + _workers_table(counts["workers_by_node"])
+            if counts.get("workers_by_node")
+            else ""
+        )
         + "<h2>Model versions</h2>"
         + (
             f"<table><thead><tr><th>version</th><th>name</th><th>served as</th><th>published</th></tr></thead>"

@@ -144,6 +144,9 @@ def overview(path: Path) -> dict[str, Any]:
         versions = conn.execute(
             "SELECT version, name, upstream_model, created_at FROM model_versions ORDER BY version DESC LIMIT 20"
         ).fetchall()
+        attempts = conn.execute(
+            "SELECT worker_id, status, COUNT(*) FROM attempts GROUP BY worker_id, status"
+        ).fetchall()
     return {
         "rollouts_by_status": by_status,
         "rollouts_by_mode": by_mode,
@@ -153,7 +156,24 @@ def overview(path: Path) -> dict[str, Any]:
         "untrainable_calls": int(untrainable),
         "last_step": steps,
         "model_versions": [{"version": v, "name": n, "upstream_model": u, "created_at": t} for v, n, u, t in versions],
+        "workers_by_node": workers_by_node(attempts),
     }
+
+
+def workers_by_node(attempts: list[tuple[str, str, int]]) -> list[dict[str, Any]]:
+    """(worker id, attempt status, count) rows → per node (a worker id's part before its pid and random suffix,
+    agl.capture.runner.RunnerOptions): its workers and their attempts claimed, running, finished and failed."""
+    nodes: dict[str, dict[str, Any]] = {}
+    for worker, status, count in attempts:
+        node = worker.rsplit("-", 2)[0] if worker.count("-") >= 2 else worker
+        row = nodes.setdefault(
+            node, {"node": node, "workers": set(), "claimed": 0, "running": 0, "finished": 0, "failed": 0}
+        )
+        row["workers"].add(worker)
+        row["claimed"] += count
+        key = {"running": "running", "succeeded": "finished"}.get(status, "failed")
+        row[key] += count
+    return [{**row, "workers": len(row["workers"])} for _, row in sorted(nodes.items())]
 
 
 def agents(path: Path, limit: int = 200) -> list[str]:
