@@ -133,7 +133,7 @@ def test_the_run_samples_the_training_calls_of_the_agents_it_owns(tmp_path: Path
             owned = [ask("coder", temperature=0, top_p=0.5), ask("Senior Planner", temperature=0), ask("coder")]
             other = ask("judge", temperature=0)
             unnamed = ask(None, temperature=0, top_p=0.5)
-            eval_id, eval_base = attempt_url(server, client, "eval")
+            _, eval_base = attempt_url(server, client, "eval")
             evaluated = openai.OpenAI(base_url=eval_base, api_key="k", max_retries=0).chat.completions.create(
                 model="m", messages=[say], extra_headers={HEADER_AGENT: "coder"}, temperature=0.9
             )

@@ -114,7 +114,7 @@ def test_several_servers_are_checked_in_one_turn_of_the_trainer(tiny_model_dir: 
     results = check_servers(urls, Turns(), [("default@v1", None)], transport=httpx.MockTransport(route))  # type: ignore[arg-type]
     assert [url for url, _ in results] == urls and all(r.mean_abs_diff < TOLERANCE for _, r in results)
     assert turns == [4]  # one call: two temperatures for each of the two servers' answers
-    with pytest.raises(EngineError, match="node-c.*temperature-1"):
+    with pytest.raises(EngineError, match=r"node-c.*temperature-1"):
         check_servers(
             [*urls, "http://node-c/v1"], Turns(), [("default@v1", None)], transport=httpx.MockTransport(route)
         )  # type: ignore[arg-type]

@@ -31,9 +31,9 @@ class RunSampling:
         asked = {key: payload.pop(key) for key in NEUTRAL_SAMPLING if key in payload}
         changed = {key: value for key, value in asked.items() if value not in NEUTRAL_SAMPLING[key]}
         temperature = payload.get("temperature")
-        number = isinstance(temperature, (int, float)) and not isinstance(temperature, bool)
-        if number and float(temperature) != self.temperature:
-            changed["temperature"] = temperature
+        number = temperature if isinstance(temperature, (int, float)) and not isinstance(temperature, bool) else None
+        if number is not None and float(number) != self.temperature:
+            changed["temperature"] = number
         rec.sampling_owned = True
         if changed and rec.agent not in self._warned:
             self._warned.add(rec.agent)

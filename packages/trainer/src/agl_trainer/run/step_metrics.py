@@ -154,4 +154,3 @@ def empty_rollouts_warning(llm_use: dict[str, int], dropped_rollouts: dict[str, 
             " or calls stored not trainable (`agl show ROLLOUT` says why)"
         )
     return "⚠ " + "; ".join(parts) + ". These rollouts train nothing."
-
