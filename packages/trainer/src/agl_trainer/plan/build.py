@@ -436,7 +436,13 @@ def plan_run(req: PlanRequest) -> tuple[dict[str, Any], RunPlan]:
     if vllm and layout.vllm is not None:  # a server per data-parallel rank where LoRA needs it (plan.vllm_plan)
         from agl_trainer.plan.vllm_plan import planned_servers
 
-        planned = planned_servers(req, path, shape, layout, longest)
+        planned = planned_servers(
+            req,
+            shape,
+            layout,
+            lambda python: vllm_settings(req, path, shape, layout, longest, python, None),
+            _template_renders_tools(path),
+        )
         servers = planned["servers"]
         servers_per_node = {"servers_per_node": planned["per_node"]} | (
             {"servers_why": planned["why"]} if "why" in planned else {}

@@ -9,6 +9,7 @@ then, and one API process would carry every request of the node, so the node run
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -19,9 +20,16 @@ from agl_trainer.plan.tool_parsers import tool_parser
 FREE_PORT = "<free port>"  # chosen when the server starts, on the machine that runs it
 
 
-def planned_servers(req: Any, path: Path, shape: ModelShape, layout: Layout, longest: int) -> dict[str, Any]:
+def planned_servers(
+    req: Any,
+    shape: ModelShape,
+    layout: Layout,
+    node_settings: Callable[[str], Any],
+    renders: bool | None,
+) -> dict[str, Any]:
     """`servers`: one entry per server (its node, its index on the node, its GPUs, argv and env); `per_node` and,
-    when more than one, `why`."""
+    when more than one, `why`. `node_settings(python)`: a node's VLLMSettings (plan.build.vllm_settings, given by
+    the caller: this module is build's); `renders`: whether the model's template renders tools."""
     from agl_trainer.engines.vllm_server import (
         PER_GPU_WHY,
         VLLMNotFound,
@@ -30,15 +38,13 @@ def planned_servers(req: Any, path: Path, shape: ModelShape, layout: Layout, lon
         vllm_argv,
         vllm_env_changes,
     )
-    from agl_trainer.plan.build import _template_renders_tools, vllm_settings
 
     assert layout.vllm is not None
     try:
         python = str(find_vllm_python(req.config.vllm_python))
     except VLLMNotFound:
         python = "python"  # on the machine that runs it: an environment with vllm (make vllm)
-    renders = _template_renders_tools(path)
-    node = vllm_settings(req, path, shape, layout, longest, python, None)
+    node = node_settings(python)
     each = split_per_gpu(node)
     template = Path(req.config.run_dir) / "logs" / "vllm_chat_template.jinja" if renders is False else None
     parser = dataclasses.asdict(tool_parser(shape, template_renders_tools=renders))
