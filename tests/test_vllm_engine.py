@@ -345,6 +345,12 @@ def test_served_logprobs_follow_each_update_and_match_the_trainers(vllm_run: Run
             [abs(a - b) for a, b in zip(c.logprobs or [], m, strict=True)] for c, m in zip(calls, mine, strict=True)
         ]
 
+    # whether each step's update had anything to push on: with broadcast credit a step whose rollouts all earned 0
+    # has no advantage anywhere (sampled at T = 0.7, that happens now and then), and its update leaves the adapter
+    rows = [json.loads(line) for line in (vllm_run.run_dir / "metrics.jsonl").read_text().splitlines()]
+    trained = {
+        r["step"]: r["update_transitions"] > r["update_skipped_zero_advantage"] for r in rows if r["kind"] == "train"
+    }
     previous = None
     for version in ("default@v1", "default@v2", "default@v3"):
         calls = [c for c in by_model[version] if c.response_ids][:6]
@@ -352,10 +358,12 @@ def test_served_logprobs_follow_each_update_and_match_the_trainers(vllm_run: Run
         own = diffs(calls)
         assert max(max(d) for d in own) < LOGPROB_TOLERANCE, version
         if previous is not None:
-            weights(previous)  # the same tokens under the version before: the update moved them
+            weights(previous)  # the same tokens under the version before: the update moved them, if it trained
             before = statistics.mean(statistics.mean(d) for d in diffs(calls))
-            assert before > 20 * statistics.mean(statistics.mean(d) for d in own) and before > 1e-3, version
+            moved = before > 20 * statistics.mean(statistics.mean(d) for d in own) and before > 1e-3
+            assert moved == trained[int(version[-1]) - 2], (version, before, trained)
         previous = version
+    assert any(trained.values()), trained  # at least one update to see move
 
 
 def test_each_version_is_loaded_once_under_its_own_name(vllm_run: Run) -> None:

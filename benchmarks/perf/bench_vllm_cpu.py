@@ -69,9 +69,9 @@ def chat_bodies(model: str) -> list[dict[str, Any]]:
     return bodies
 
 
-def tokens_per_second(url: str, model: str, repeats: int) -> float:
+def tokens_per_second(url: str, model: str, repeats: int, headers: dict[str, str] | None = None) -> float:
     def one(body: dict[str, Any]) -> int:
-        answer = httpx.post(f"{url}/chat/completions", json=body, timeout=600)
+        answer = httpx.post(f"{url}/chat/completions", json=body, headers=headers, timeout=600)
         answer.raise_for_status()
         return int(answer.json()["usage"]["completion_tokens"])
 
@@ -87,16 +87,16 @@ def tokens_per_second(url: str, model: str, repeats: int) -> float:
 
 
 @contextmanager
-def embedded_engine(logs: Path) -> Iterator[tuple[str, str]]:
+def embedded_engine(logs: Path) -> Iterator[tuple[str, str, dict[str, str]]]:
     with agl_engine("bundled", log_path=logs / "engine.log", timeout_s=600) as url:
-        yield url, "base"
+        yield url, "base", {}
 
 
 def vllm(agl_layout: bool) -> Callable[[Path], Any]:
     """vLLM started as `--engine vllm` starts it (`remote_engine.start_vllm`), in agl's CPU layout or vLLM's own."""
 
     @contextmanager
-    def start(logs: Path) -> Iterator[tuple[str, str]]:
+    def start(logs: Path) -> Iterator[tuple[str, str, dict[str, str]]]:
         from transformers import AutoTokenizer
 
         model = resolve_model("bundled")
@@ -108,7 +108,7 @@ def vllm(agl_layout: bool) -> Callable[[Path], Any]:
             cpu_layout=agl_layout,
         )
         try:
-            yield server.url, "base"
+            yield server.url, "base", server.headers  # the run's key: every route of the server asks for it
         finally:
             server.stop()
 
@@ -131,15 +131,16 @@ def main(repeats: int = 2, only: tuple[str, ...] = tuple(SETUPS)) -> dict[str, A
         adapter = random_adapter(Path(tmp) / "adapter")
         for name in only:
             try:
-                with SETUPS[name](Path(tmp)) as (url, base_model):
+                with SETUPS[name](Path(tmp)) as (url, base_model, headers):
                     loaded = httpx.post(
                         url.removesuffix("/v1") + "/v1/load_lora_adapter",
                         json={"lora_name": ADAPTER, "lora_path": str(adapter)},
+                        headers=headers,
                         timeout=120,
                     )
                     loaded.raise_for_status()
-                    rows[f"{name}: base model, tokens/s"] = tokens_per_second(url, base_model, repeats)
-                    rows[f"{name}: LoRA adapter, tokens/s"] = tokens_per_second(url, ADAPTER, repeats)
+                    rows[f"{name}: base model, tokens/s"] = tokens_per_second(url, base_model, repeats, headers)
+                    rows[f"{name}: LoRA adapter, tokens/s"] = tokens_per_second(url, ADAPTER, repeats, headers)
             except Exception as exc:  # one setup failing must not lose the others' numbers
                 rows[f"{name}: failed"] = f"{type(exc).__name__}: {exc}"[:500]
     for name in only:

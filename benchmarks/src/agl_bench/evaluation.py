@@ -94,10 +94,13 @@ class EvalReport:
         return asdict(self)
 
 
-def start_model(spec: ModelSpec, stack: ExitStack, log_dir: Path, console: Console) -> tuple[str, str | None]:
-    """The upstream URL the proxy forwards to, and the model name to ask it for (None: the proxy's default)."""
+def start_model(
+    spec: ModelSpec, stack: ExitStack, log_dir: Path, console: Console
+) -> tuple[str, str | None, str | None]:
+    """The upstream URL the proxy forwards to, the model name to ask it for (None: the proxy's default), and the
+    key the engine asks for (a vLLM server agl starts asks for one on every route: agl_vllm_gate)."""
     if spec.is_remote:
-        return spec.name.rstrip("/"), spec.endpoint_model
+        return spec.name.rstrip("/"), spec.endpoint_model, None
     model = "bundled" if spec.name in EMBEDDED else spec.name
     if model != "bundled" and not (Path(model) / "config.json").exists():
         raise ValueError(f"--model {spec.name!r} is neither 'embedded', an http(s) URL, nor a model folder")
@@ -109,10 +112,12 @@ def start_model(spec: ModelSpec, stack: ExitStack, log_dir: Path, console: Conso
     engine = agl_engine(
         model, device=spec.device, max_batch=spec.max_batch, log_path=log_dir / "engine.log", timeout_s=600
     )
-    return stack.enter_context(engine), None
+    return stack.enter_context(engine), None, None
 
 
-def _start_vllm(spec: ModelSpec, model: str, stack: ExitStack, log_dir: Path, console: Console) -> tuple[str, str]:
+def _start_vllm(
+    spec: ModelSpec, model: str, stack: ExitStack, log_dir: Path, console: Console
+) -> tuple[str, str, str | None]:
     from transformers import AutoTokenizer
 
     from agl_trainer.engines.remote import start_vllm
@@ -131,7 +136,7 @@ def _start_vllm(spec: ModelSpec, model: str, stack: ExitStack, log_dir: Path, co
         console=console,
     )
     stack.callback(server.stop)
-    return server.url, SERVED_BASE
+    return server.url, SERVED_BASE, server.settings.api_key
 
 
 def run_eval(cfg: EvalConfig, console: Console | None = None) -> EvalReport:
@@ -143,7 +148,7 @@ def run_eval(cfg: EvalConfig, console: Console | None = None) -> EvalReport:
     logs.mkdir(exist_ok=True)
     t0 = time.monotonic()
     with ExitStack() as stack:
-        upstream, endpoint_model = start_model(cfg.model, stack, logs, console)
+        upstream, endpoint_model, engine_key = start_model(cfg.model, stack, logs, console)
         # greedy decoding for every backend: agl's engine does it from the rollout mode, others are told so
         extra = ["--log-level=warning", "--eval-temperature=0"]
         if endpoint_model:
@@ -151,6 +156,8 @@ def run_eval(cfg: EvalConfig, console: Console | None = None) -> EvalReport:
         env = {}
         if cfg.model.is_remote and os.environ.get(cfg.model.api_key_env):
             env["AGL_UPSTREAM_API_KEY"] = os.environ[cfg.model.api_key_env]
+        if engine_key:  # the vLLM server started here: its key reaches the proxy in its environment
+            env["AGL_UPSTREAM_API_KEY"] = engine_key
         server = start_server(cfg.out_dir, upstream=upstream, extra_args=extra, env=env)
         stack.callback(server.stop)
         workers = [

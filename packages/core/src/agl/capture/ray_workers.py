@@ -110,17 +110,30 @@ class RayWorkers:
         say: Any = print,
     ) -> RayWorkers:
         import ray
+        from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
         host = ray.remote(WorkerHost)
         options: dict[str, Any] = {
             "max_restarts": max_restarts,
             "max_task_retries": 0,
-            "scheduling_strategy": "SPREAD",
             "num_cpus": 0 if resource else 1,
         }
         if resource:
             options["resources"] = {resource: 1}
-        actors = [host.options(**options).remote(i, argv, env, str(log_dir)) for i in range(workers)]
+        # worker i on the i-th node (round robin) that has what it asks for: Ray's SPREAD is a preference only, and
+        # with the driver's own tasks about it put two workers of two on one node. Soft: a node that is full or
+        # gone (a restart) lets Ray place it elsewhere
+        wanted = resource or "CPU"
+        nodes = sorted(n["NodeID"] for n in ray.nodes() if n.get("Alive") and n["Resources"].get(wanted, 0) >= 1)
+        actors = [
+            host.options(
+                **options,
+                scheduling_strategy=NodeAffinitySchedulingStrategy(nodes[i % len(nodes)], soft=True)
+                if nodes
+                else "SPREAD",
+            ).remote(i, argv, env, str(log_dir))
+            for i in range(workers)
+        ]
         made = cls(actors, [None] * workers, [0] * workers, say=say)
         made.check(first=True)
         return made

@@ -248,12 +248,8 @@ def build_episode(
     stats.rollouts += 1
     rollout = detail.rollout
     if rollout.status is not RolloutStatus.succeeded or rollout.final_attempt_id is None:
-        last = rollout.final_attempt_id
-        stats.drop_rollout(
-            f"rollout {rollout.status.value}",
-            rollout.id,
-            [c for c in detail.llm_calls if last is None or c.attempt_id == last],
-        )
+        # its calls are not counted: training's read brings none of an unfinished or failed rollout
+        stats.drop_rollout(f"rollout {rollout.status.value}", rollout.id)
         return None
     attempt = rollout.final_attempt_id
     final: Reward | None = None  # the last one the agent returned

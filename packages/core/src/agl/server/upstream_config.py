@@ -3,11 +3,17 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Protocol
 
-from agl.learn.selection import AgentSelection
 from agl.server.request_cost import MAX_REQUEST_STRUCTURES
 
 MiB = 1024 * 1024
+
+
+class AgentSet(Protocol):
+    """Which agents a setting covers (agl.learn.selection.AgentSelection, which the command line builds)."""
+
+    def selects(self, agent_name: str | None, agent_key: str | None = None) -> bool: ...
 
 
 @dataclass
@@ -30,7 +36,7 @@ class UpstreamConfig:
     # the agents whose training calls are sampled as the run says (`temperature`, and no top-p, top-k, penalties or
     # logit bias), whatever they asked: in RL the trainer owns the sampling, and a greedy or truncated call is no
     # sample of the policy it trains. None: each call is sent with its own sampling (`agl serve --own-sampling-for`)
-    own_sampling: AgentSelection | None = None
+    own_sampling: AgentSet | None = None
     # the most bytes of one non-streamed answer read: a vLLM answer of 32k tokens with 20 top log-probs each is
     # about 45 MB of JSON, and past the cap one runaway answer (read whole, then parsed) would cost gigabytes
     max_answer_bytes: int = 64 * MiB

@@ -103,6 +103,7 @@ class TrainingRun:
     weights_lock: contextlib.AbstractContextManager[Any]  # held while the weights change: no generation meanwhile
     upstream_model: str | None
     fleet: EngineFleet | None = None  # on several nodes: the vLLM servers agl started on each
+    upstream_key: str | None = None  # the key the engine's servers ask for, sent by the proxy (agl_vllm_gate)
 
     def __init__(
         self, config: TrainConfig, console: Console | None = None, air_rules: Sequence[AirRule] | None = None
