@@ -154,6 +154,12 @@ def test_a_training_run_starts_its_rollout_workers_on_the_cluster(tmp_path: Path
     model = build_tiny_llama(tmp_path / "tiny")
     run_dir = tmp_path / "run"
     with two_nodes(tmp_path, gpus=0, cpus=2) as address:
+        with connected(address):  # both nodes joined before the run places its workers
+            pass
+        import ray
+
+        if ray.is_initialized():
+            ray.shutdown()
         code = (
             f"import sys; sys.path.insert(0, {str(Path(__file__).parent)!r}); import test_ray_workers as t; "
             f"t.train_on({address!r}, {str(model)!r}, {str(run_dir)!r})"
