@@ -47,7 +47,10 @@ def test_each_agent_trains_only_its_own_adapter(tiny_model_dir: Path) -> None:
     try:
         before = {a: weights(policy, a) for a in adapters.values()}
         batch = [dataclasses.replace(sample(engine, "Hello there", seed=s), agent_name="writer") for s in range(4)]
-        stats = policy.update(batch)
+        # under the engine's lock, as a run updates (its weights_lock): the engine thread may still be leaving the
+        # adapter it generated with, which sets the adapters' requires_grad, when the last answer has been handed over
+        with engine.lock:
+            stats = policy.update(batch)
         assert stats.extra["transitions/writer"] == 4 and stats.extra["transitions/checker v2"] == 0
         assert stats.extra["grad_norm/writer"] > 0
         changed = {
@@ -55,7 +58,7 @@ def test_each_agent_trains_only_its_own_adapter(tiny_model_dir: Path) -> None:
         }
         assert changed == {"policy-writer": True, "policy-checker_v2": False}
         stranger = dataclasses.replace(batch[0], agent_name="rewriter")
-        with pytest.raises(ValueError, match="'rewriter', which has no policy of its own"):
+        with pytest.raises(ValueError, match="'rewriter', which has no policy of its own"), engine.lock:
             policy.update([stranger])
     finally:
         engine.close()
@@ -65,7 +68,8 @@ def test_engine_serves_each_adapter_and_the_base_model_by_name(tiny_model_dir: P
     policy, engine, _ = two_agent_policy(tiny_model_dir)
     try:
         batch = [dataclasses.replace(sample(engine, "Hello there", seed=s), agent_name="writer") for s in range(4)]
-        policy.update(batch)
+        with engine.lock:  # as a run updates (see above)
+            policy.update(batch)
         engine.weights_changed()
         prompt = batch[0].prompt_ids
 
@@ -178,7 +182,9 @@ def test_remote_engine_backend_publishes_each_update_to_the_engine_process(
     assert isinstance(remote, InferenceBackend)
     try:
         for _ in range(2):
-            policy.update([sample(local, "Hello there", seed=s) for s in range(4)])
+            batch = [sample(local, "Hello there", seed=s) for s in range(4)]
+            with local.lock:  # as a run updates (see above)
+                policy.update(batch)
             local.weights_changed()
             remote.weights_changed()
             expected = local.generate(GenerationRequest(prompt_ids(tokenizer), max_tokens=6, temperature=0.0))
