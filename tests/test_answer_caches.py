@@ -4,16 +4,13 @@ stored no call and trained nothing, each succeeding with its reward. Real DSPy, 
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
 from agl.client import Client
 from agl.common.processes import ServerProcess
-from agl.testing.fixtures import wait_rollouts
+from agl.testing.fixtures import worker_until_done
 
 APP = Path(__file__).with_name("dspy_cached_app.py")
 
@@ -22,21 +19,13 @@ APP = Path(__file__).with_name("dspy_cached_app.py")
 def test_every_rollout_of_a_dspy_program_reaches_the_engine(
     agl_server: ServerProcess, tmp_path: Path, keep: bool
 ) -> None:
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("OPENAI_", "AGL_", "LITELLM_"))}
-    env["DSPY_CACHEDIR"] = str(tmp_path / "dspy-cache")  # DSPy's own folder for its disk cache: not the user's
+    extra = {"DSPY_CACHEDIR": str(tmp_path / "dspy-cache")}  # DSPy's own folder for its disk cache: not the user's
     if keep:
-        env["AGL_KEEP_ANSWER_CACHES"] = "1"
+        extra["AGL_KEEP_ANSWER_CACHES"] = "1"
     with Client(agl_server.url) as client:
         ids = [client.enqueue({"n": i})[0].id for i in range(3)]
         log_path = tmp_path / "worker.log"
-        worker = [sys.executable, "-m", "agl.cli.main", "worker", f"{APP}:ask", f"--server={agl_server.url}", "-n", "1"]
-        with log_path.open("ab") as log:
-            proc = subprocess.Popen(worker, stdout=log, stderr=log, env=env)
-            try:
-                rollouts = wait_rollouts(client, ids, timeout=180)
-            finally:
-                proc.terminate()
-                proc.wait(15)
+        rollouts = worker_until_done(f"{APP}:ask", agl_server.url, ids, log_path, env=extra, args=("-n", "1"))
         assert all(r.status.value == "succeeded" for r in rollouts), log_path.read_text()[-3000:]
         stored = [len(client.rollout_detail(r.id).llm_calls) for r in rollouts]
     if keep:  # the app's own choice: the first answer is cached, the later rollouts store nothing

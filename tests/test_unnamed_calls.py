@@ -4,31 +4,20 @@ call at all got a warning. Real DSPy, real `agl serve` and `agl worker`."""
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 from agl.client import Client
 from agl.common.processes import ServerProcess
-from agl.testing.fixtures import wait_rollouts
+from agl.testing.fixtures import worker_until_done
 
 APP = Path(__file__).with_name("partly_named_app.py")
 
 
 def test_a_partly_unnamed_rollout_is_said_once_with_the_fix(agl_server: ServerProcess, tmp_path: Path) -> None:
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("OPENAI_", "AGL_"))}
     with Client(agl_server.url) as client:
         ids = [client.enqueue({"n": i})[0].id for i in range(2)]
         log_path = tmp_path / "worker.log"
-        worker = [sys.executable, "-m", "agl.cli.main", "worker", f"{APP}:solve", f"--server={agl_server.url}"]
-        with log_path.open("ab") as log:
-            proc = subprocess.Popen(worker, stdout=log, stderr=log, env=env)
-            try:
-                rollouts = wait_rollouts(client, ids, timeout=180)
-            finally:
-                proc.terminate()
-                proc.wait(15)
+        rollouts = worker_until_done(f"{APP}:solve", agl_server.url, ids, log_path)
         said = log_path.read_text()
         assert all(r.status.value == "succeeded" for r in rollouts), said[-3000:]
         names = [[c.agent_name for c in client.rollout_detail(i).llm_calls] for i in ids]

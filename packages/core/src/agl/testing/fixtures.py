@@ -7,7 +7,9 @@ agl-core gets `agl_upstream`, `agl_server`, `agl_client` and `agl_workers` witho
 
 from __future__ import annotations
 
+import os
 import subprocess
+import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -20,7 +22,7 @@ from agl.common.processes import ServerProcess, start_server, start_worker, stop
 from agl.schema import Rollout, RolloutDetail
 from agl.testing.upstream import start_upstream_process
 
-__all__ = ["agl_client", "agl_server", "agl_upstream", "agl_workers", "run_one", "wait_rollouts"]
+__all__ = ["agl_client", "agl_server", "agl_upstream", "agl_workers", "run_one", "wait_rollouts", "worker_until_done"]
 
 StartWorker = Callable[..., subprocess.Popen[bytes]]
 
@@ -61,6 +63,28 @@ def agl_workers(tmp_path: Path) -> Iterator[StartWorker]:
 
     yield start
     stop_processes(started, grace_s=10)
+
+
+def worker_until_done(
+    agent: str,
+    server_url: str,
+    ids: list[str],
+    log_path: Path,
+    *,
+    env: dict[str, str] | None = None,
+    args: tuple[str, ...] = (),
+) -> list[Rollout]:
+    """`agl worker AGENT` as a user's shell starts it (none of this test's OPENAI_, AGL_ or LITELLM_ variables, then
+    `env`), run until the rollouts `ids` have finished, then stopped: the rollouts. Its log is `log_path`."""
+    clean = {k: v for k, v in os.environ.items() if not k.startswith(("OPENAI_", "AGL_", "LITELLM_"))}
+    command = [sys.executable, "-m", "agl.cli.main", "worker", agent, f"--server={server_url}", *args]
+    with log_path.open("ab") as log, Client(server_url) as client:
+        proc = subprocess.Popen(command, stdout=log, stderr=log, env={**clean, **(env or {})})
+        try:
+            return wait_rollouts(client, ids, timeout=180)
+        finally:
+            proc.terminate()
+            proc.wait(15)
 
 
 def wait_rollouts(client: Client, ids: list[str], timeout: float = 180.0) -> list[Rollout]:
