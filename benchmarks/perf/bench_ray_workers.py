@@ -26,7 +26,7 @@ import httpx
 from _common import scripted_upstream, serve
 
 from agl.client import Client
-from agl.testing.ray_cluster import ENV, connected, two_nodes
+from agl.testing.ray_cluster import ENV, command_lines, connected, two_nodes
 
 AGENT = str(Path(__file__).with_name("ray_bench_agent.py")) + ":one_call"
 
@@ -58,7 +58,9 @@ def one_round(
         finally:
             proc.send_signal(signal.SIGINT)
             proc.wait(120)
-    left = [line for line in _commands() if "agl.cli.main worker" in line and AGENT in line and "--ray-" not in line]
+    left = [
+        line for _, line in command_lines() if "agl.cli.main worker" in line and AGENT in line and "--ray-" not in line
+    ]
     return {
         "workers": workers,
         "wait (s)": wait_s,
@@ -68,16 +70,6 @@ def one_round(
         "rollouts/s": round(rollouts / took, 1),
         "worker processes left": len(left),
     }
-
-
-def _commands() -> list[str]:
-    found = []
-    for cmdline in Path("/proc").glob("[0-9]*/cmdline"):
-        try:
-            found.append(cmdline.read_bytes().replace(b"\0", b" ").decode(errors="replace"))
-        except OSError:
-            continue
-    return found
 
 
 def run(worker_counts: list[int], rollouts: int, waits: list[float]) -> None:

@@ -19,6 +19,7 @@ from test_ray_placement import ENV, connected, two_nodes
 
 from agl.client import Client
 from agl.common.processes import ServerProcess, start_server
+from agl.testing.ray_cluster import command_lines
 
 pytestmark = pytest.mark.slow
 AGENT = str(Path(__file__).with_name("ray_rollout_agent.py")) + ":slow"
@@ -26,16 +27,8 @@ TOKEN = "operator-token-of-the-ray-test"
 
 
 def processes(marker: str) -> list[tuple[int, str]]:
-    """(pid, command line) of every live process whose command line holds `marker`."""
-    found = []
-    for cmdline in Path("/proc").glob("[0-9]*/cmdline"):
-        try:
-            text = cmdline.read_bytes().replace(b"\0", b" ").decode(errors="replace")
-        except OSError:
-            continue
-        if marker in text and int(cmdline.parent.name) != os.getpid():
-            found.append((int(cmdline.parent.name), text))
-    return found
+    """(pid, command line) of every live process (but this one) whose command line holds `marker`."""
+    return [(pid, text) for pid, text in command_lines() if marker in text and pid != os.getpid()]
 
 
 def worker_processes() -> list[tuple[int, str]]:

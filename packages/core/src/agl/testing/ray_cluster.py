@@ -87,3 +87,15 @@ def connected(address: str, nodes: int = 2, timeout_s: float = 90.0) -> Iterator
         yield
     finally:
         ray.shutdown()
+
+
+def command_lines() -> list[tuple[int, str]]:
+    """(pid, command line) of every live process of this machine: what a test or benchmark of workers on the
+    cluster's nodes (all on this machine) counts, to see that none was left behind."""
+    found = []
+    for cmdline in Path("/proc").glob("[0-9]*/cmdline"):
+        try:
+            found.append((int(cmdline.parent.name), cmdline.read_bytes().replace(b"\0", b" ").decode(errors="replace")))
+        except OSError:
+            continue
+    return found
