@@ -395,7 +395,7 @@ def test_the_run_owns_the_sampling_of_a_greedy_agent(
 ) -> None:
     """An agent that sends `temperature: 0` and a top-p (Aider, BeeAI): by default its training calls are sampled
     at the run's temperature and train; with `keep_agent_sampling` they are sent as asked, stored not trainable,
-    and the step says why it dropped them."""
+    and the step and the worker's log say why it dropped them."""
     import dataclasses
 
     model = build_tiny_llama(tmp_path / "tiny")
@@ -419,6 +419,11 @@ def test_the_run_owns_the_sampling_of_a_greedy_agent(
         # the run says, once, that these rollouts train nothing and what usually causes it
         said = capsys.readouterr().out
         assert said.count("These rollouts train nothing") == 1 and "8 rollout(s) stored calls, none of them" in said
+        # and each worker says, once for the agent, which of its calls its own sampling left untrained and why
+        logs = [p.read_text() for p in sorted(run_dir.rglob("worker-*.log"))]
+        said_by = [log.count("of agent 'speaker' in train rollout") for log in logs]
+        assert said_by and max(said_by) == 1, logs  # a worker that ran only evaluations has nothing to say
+        assert "sampled greedily" in "".join(logs) and "--keep-agent-sampling" in "".join(logs)
     else:
         assert all(c.trainable for c in calls) and {c.temperature for c in calls} == {0.8}
         assert row["transitions"] == 8 and "train nothing" not in capsys.readouterr().out

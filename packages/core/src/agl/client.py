@@ -46,6 +46,17 @@ class Completed(NamedTuple):
 
     rollout: Rollout
     missed_attribution: int  # LLM calls of the attempt that lost their agent name (an unpatched HTTP client)
+    # (agent, calls, one reason): its calls stored not trainable for how the agent sampled them (train rollouts)
+    untrainable_sampling: list[tuple[str | None, int, str]] = []
+
+
+def _sampling_report(header: str | None) -> list[tuple[str | None, int, str]]:
+    """The completion's `x-agl-untrainable-sampling`; what does not read as one is no report (a server's detail)."""
+    try:
+        found = orjson.loads(header) if header else []
+        return [(None if a is None else str(a), int(n), str(why)) for a, n, why in found]
+    except (ValueError, TypeError):
+        return []
 
 
 class AglHTTPError(Exception):
@@ -383,7 +394,11 @@ class AsyncClient:
         resp = await self._http.request("POST", f"{API}/attempts/{attempt_id}/complete", json=body)
         _raise_for(resp)
         missed = resp.headers.get(attr.HEADER_MISSED_ATTRIBUTION, "0")
-        return Completed(Rollout.model_validate(resp.json()), int(missed) if missed.isdigit() else 0)
+        return Completed(
+            Rollout.model_validate(resp.json()),
+            int(missed) if missed.isdigit() else 0,
+            _sampling_report(resp.headers.get(attr.HEADER_UNTRAINABLE_SAMPLING)),
+        )
 
     async def add_spans(self, spans: Sequence[SpanIn]) -> int:
         """Store `spans`, in as many requests as the server's limits ask (`span_bodies`); the number stored. A

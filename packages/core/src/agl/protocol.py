@@ -30,6 +30,9 @@ HEADER_LLM_SEQ = "x-agl-llm-seq"
 HEADER_ROLLOUT_MODE = "x-agl-rollout-mode"
 # Header on the answer to an attempt's completion: how many of its LLM calls lost their agent name
 HEADER_MISSED_ATTRIBUTION = "x-agl-missed-attribution"
+# ... and which of its calls were stored not trainable for how their agent sampled them (greedy, top-p): JSON, ASCII,
+# `[[agent or null, count, one reason], ...]`
+HEADER_UNTRAINABLE_SAMPLING = "x-agl-untrainable-sampling"
 # The agent name a harness's sub-agent gets under a command-line agent's name (agl.server.fixed_url): `NAME/subagent`
 # for Claude Code's, `NAME/<kind>` for those that say their kind (Codex)
 SUB_AGENT_LABEL = "subagent"

@@ -311,6 +311,11 @@ class SpanBatch(_Model):
 # ------------------------------------------------------------------------------------------- LLM calls
 
 
+# How every reason a call was stored not trainable for the way it was sampled begins (greedy, top-p, penalties): the
+# proxy writes them (agl.server.call_record.untrainable_sampling), the attempt's report counts them
+SAMPLING_REASON_PREFIX = "sampled "
+
+
 class LLMCall(_Model):
     """One chat completion that went through the proxy, with the exact ids the backend consumed and produced."""
 

@@ -27,6 +27,7 @@ from agl.capture.decorator import RolloutFunction, as_rollout_function
 from agl.capture.llm import LLM
 from agl.capture.tracing import http_inject
 from agl.capture.tracing.context import RolloutContext, reset_rollout, set_rollout
+from agl.capture.sampling_warning import warn_untrainable_sampling
 from agl.capture.unnamed_calls import warn_unnamed_calls
 from agl.client import AglHTTPError, AsyncClient, Conflict, NotFound, server_url_from_env
 from agl.common import failure
@@ -43,6 +44,7 @@ class RunnerStats:
     superseded: int = 0  # the server gave the rollout to another attempt (lease expired); result discarded
     missed_attribution: int = 0  # LLM calls that lost their agent name (sent by a client agl does not patch)
     bypassed_llm_calls: int = 0  # LLM calls sent to another host than agl: answered, never recorded
+    untrainable_sampled_calls: int = 0  # train calls stored not trainable for how the agent sampled them (greedy)
     # results the server refused with 409 (counted in `superseded` too): another report of the attempt came first
     discarded: int = 0
 
@@ -254,6 +256,9 @@ class Runner:
             _warn_missed_attribution(ctx, completed.missed_attribution)
         else:
             warn_unnamed_calls(ctx)
+        if completed.untrainable_sampling:
+            self.stats.untrainable_sampled_calls += sum(calls for _, calls, _ in completed.untrainable_sampling)
+            warn_untrainable_sampling(ctx.rollout_id, completed.untrainable_sampling)
 
     def _call_agent(self, task_input: Any, llm: LLM) -> Any:
         if self.agent.is_async:

@@ -16,6 +16,7 @@ from agl.protocol import (
     HEADER_PARENT_SPAN,
     HEADER_ROLLOUT_ID,
     HEADER_TRACEPARENT,
+    HEADER_UNTRAINABLE_SAMPLING,
 )
 
 __all__ = [
@@ -32,6 +33,7 @@ __all__ = [
     "HEADER_PARENT_SPAN",
     "HEADER_ROLLOUT_ID",
     "HEADER_TRACEPARENT",
+    "HEADER_UNTRAINABLE_SAMPLING",
     "ROLLOUT_ID",
     "SPAN_KIND",
     "TOOL_ARGUMENTS",

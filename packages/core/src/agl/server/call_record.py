@@ -17,7 +17,7 @@ from urllib.parse import unquote
 import orjson
 
 from agl.common import attributes as attr
-from agl.schema import Attribution, LLMCall
+from agl.schema import SAMPLING_REASON_PREFIX, Attribution, LLMCall
 from agl.server.request_cost import (
     MAX_REQUEST_STRUCTURES,
     OFF_LOOP_BYTES,
@@ -44,11 +44,11 @@ NEUTRAL_SAMPLING: dict[str, tuple[Any, ...]] = {
 def untrainable_sampling(body: dict[str, Any], temperature: float | None) -> str | None:
     """Why a response sampled with these parameters is not a sample of the policy agl trains, or None."""
     if temperature is not None and temperature <= 0:
-        return "sampled greedily (temperature 0): not a sample of the policy's distribution"
+        return f"{SAMPLING_REASON_PREFIX}greedily (temperature 0): not a sample of the policy's distribution"
     for key, neutral in NEUTRAL_SAMPLING.items():
         value = body.get(key)
         if value not in neutral:
-            return f"sampled with {key}={value!r}: agl trains the temperature-scaled distribution only"
+            return f"{SAMPLING_REASON_PREFIX}with {key}={value!r}: agl trains the temperature-scaled distribution only"
     return None
 
 

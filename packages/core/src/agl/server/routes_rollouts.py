@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 from typing import TYPE_CHECKING, Any
 
@@ -171,4 +172,7 @@ def add_routes(app: FastAPI, server: ServerContext) -> None:
         if req.agent_scopes:
             # tells the runner, which warns its user once: the count is the store's, not a guess
             response.headers[attr.HEADER_MISSED_ATTRIBUTION] = str(store.missed_attribution(attempt_id))
+        if rollout.mode == "train" and (sampled := store.untrainable_sampling(rollout.id, attempt_id)):
+            # the agent chose its own sampling (greedy, top-p) where the run does not own it: the runner says so
+            response.headers[attr.HEADER_UNTRAINABLE_SAMPLING] = json.dumps(sampled, ensure_ascii=True)
         return rollout

@@ -20,6 +20,7 @@ from agl.schema import (
     LLMCall,
     ModelVersion,
     Reward,
+    SAMPLING_REASON_PREFIX,
     Rollout,
     RolloutDetail,
     RolloutStatus,
@@ -343,6 +344,18 @@ def missed_attribution(conn: sqlite3.Connection, attempt_id: str) -> int:
         "SELECT count(*) FROM llm_calls WHERE attempt_id=? AND attribution=?", (attempt_id, Attribution.missed.value)
     ).fetchone()
     return int(row[0])
+
+
+def untrainable_sampling(
+    conn: sqlite3.Connection, rollout_id: str, attempt_id: str
+) -> list[tuple[str | None, int, str]]:
+    """(agent, calls, one of their reasons) for the attempt's calls stored not trainable for how they were sampled."""
+    found = conn.execute(
+        "SELECT agent_name, count(*), min(not_trainable_reason) FROM llm_calls WHERE rollout_id=? AND attempt_id=?"
+        " AND trainable=0 AND substr(not_trainable_reason, 1, ?)=? GROUP BY agent_name ORDER BY agent_name",
+        (rollout_id, attempt_id, len(SAMPLING_REASON_PREFIX), SAMPLING_REASON_PREFIX),
+    ).fetchall()
+    return [(agent, int(count), str(reason)) for agent, count, reason in found]
 
 
 def attempt_state(conn: sqlite3.Connection, attempt_id: str) -> tuple[str, str, bool] | None:

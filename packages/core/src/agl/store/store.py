@@ -253,6 +253,10 @@ class Store:
         """How many LLM calls of the attempt lost their agent name (came through a client agl does not patch)."""
         return reads.missed_attribution(self._reader(), attempt_id)
 
+    def untrainable_sampling(self, rollout_id: str, attempt_id: str) -> list[tuple[str | None, int, str]]:
+        """(agent, calls, one reason) for the attempt's calls stored not trainable for how they were sampled."""
+        return reads.untrainable_sampling(self._reader(), rollout_id, attempt_id)
+
     def latest_model_version(self) -> ModelVersion | None:
         return reads.latest_model_version(self._reader())
 
