@@ -47,16 +47,16 @@ class Completed(NamedTuple):
     rollout: Rollout
     missed_attribution: int  # LLM calls of the attempt that lost their agent name (an unpatched HTTP client)
     # (agent, calls, one reason): its calls stored not trainable for how the agent sampled them (train rollouts)
-    untrainable_sampling: list[tuple[str | None, int, str]] = []
+    untrainable_sampling: tuple[tuple[str | None, int, str], ...] = ()
 
 
-def _sampling_report(header: str | None) -> list[tuple[str | None, int, str]]:
+def _sampling_report(header: str | None) -> tuple[tuple[str | None, int, str], ...]:
     """The completion's `x-agl-untrainable-sampling`; what does not read as one is no report (a server's detail)."""
     try:
         found = orjson.loads(header) if header else []
-        return [(None if a is None else str(a), int(n), str(why)) for a, n, why in found]
+        return tuple((None if a is None else str(a), int(n), str(why)) for a, n, why in found)
     except (ValueError, TypeError):
-        return []
+        return ()
 
 
 class AglHTTPError(Exception):

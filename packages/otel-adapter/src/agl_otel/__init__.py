@@ -1,6 +1,7 @@
 """agl adapter for any agent framework that emits OpenTelemetry spans in the GenAI semantic conventions or
-OpenInference's (Microsoft Agent Framework, Pydantic AI, Google ADK, Strands Agents, smolagents and LlamaIndex
-through openinference-instrumentation-*, or your own spans).
+OpenInference's (Microsoft Agent Framework, Pydantic AI, Google ADK and Strands Agents natively; LangGraph,
+LlamaIndex, DSPy, Agno, Haystack, smolagents, CrewAI, BeeAI and the OpenAI Agents SDK through
+openinference-instrumentation-*; or your own spans).
 
 `agl_otel.instrument()` adds agl's span processor to the app's tracer provider: during an agl rollout each LLM
 call is stored under the agent whose span it runs in (`invoke_agent` with `gen_ai.agent.name`, OpenInference

@@ -54,6 +54,8 @@ class Convention:
     # `agent.name` only at its end), tried last; `excluded_span_names` are spans of the kind that are no agent
     name_is_span_name: bool = False
     excluded_span_names: frozenset[str] = frozenset()
+    # a span with any of these attributes is not of the row's kind, whatever it is marked (BeeAI's event spans)
+    not_when: tuple[str, ...] = ()
     # (attribute, status key, message key): a JSON object an attribute holds whose status key says "error" marks a
     # failure the span's status does not (a LangChain tool whose error the agent handled: a ToolMessage of status
     # "error"); the failure's message is at the message key
@@ -181,7 +183,9 @@ CONVENTIONS: tuple[Convention, ...] = (
     ),
     # openinference-instrumentation-openai-agents 2.6.0 starts an agent's AGENT span named after the agent and sets
     # `agent.name` only when it ends; its trace's root is an AGENT span too, named after the workflow (the SDK's
-    # default "Agent workflow", which is no agent)
+    # default "Agent workflow", which is no agent). openinference-instrumentation-beeai 0.1.30 writes each event of
+    # an agent's run other than its start and end (a RequirementAgent's `final_answer`) as a child span of the
+    # agent's kind, named after the event and carrying the event's `metadata.path`: no agent either
     Convention(
         OPENINFERENCE_SPAN_NAMED,
         "agent",
@@ -189,6 +193,7 @@ CONVENTIONS: tuple[Convention, ...] = (
         name_attributes=("agent.name",),
         name_is_span_name=True,
         excluded_span_names=frozenset({"Agent workflow"}),
+        not_when=("metadata.path",),
     ),
     Convention(
         OPENINFERENCE,
@@ -249,7 +254,7 @@ def match(span_name: str, attributes: Mapping[str, Any] | None, kind: Kind | Non
             continue
         if convention.by_span_name and _from_span_name(span_name, convention) is None:
             continue
-        if span_name in convention.excluded_span_names:
+        if span_name in convention.excluded_span_names or any(key in attrs for key in convention.not_when):
             continue
         if not all(
             key in attrs and (not values or str(attrs[key]) in values) for key, values in convention.when.items()

@@ -15,14 +15,25 @@ and agl reads them from there at the moment a call is made (`agl.capture.tracing
   `ReActAgent`), inherited by every span under it; the acting agent is that of the innermost open span
   (`active_span_id`).
 
-Both read state the frameworks keep anyway; of a framework the app did not import, agl imports at most LlamaIndex's
-small instrumentation package, where it is installed (its dispatcher must hear of an agent's step when it starts).
+OpenInference's BeeAI instrumentor (0.1.30) goes further: it writes no span at all until the run's outermost agent
+has finished. BeeAI keeps the running `RunContext` in a context variable (`beeai_framework.context.storage`), and
+every run's start and finish reach its root emitter with the run's id and its parent's:
+
+- BeeAI: a listener on the root emitter (`Emitter.root().match`, as the instrumentor listens) that gives each run
+  the agent it belongs to: the run's own instance when that is an agent (`BaseAgent`, named by `meta.name`: a
+  `RequirementAgent(name=...)`, else its class name), else its parent run's; a `HandoffTool`'s target runs under
+  the tool, so its calls are its own. A call's agent is that of the run in the context variable (the chat model's).
+
+All three read state the frameworks keep anyway; of a framework the app did not import, agl imports at most
+LlamaIndex's small instrumentation package, where it is installed (its dispatcher must hear of an agent's step when
+it starts). BeeAI's listener is added when BeeAI is imported by the time `agl_otel.instrument()` runs.
 """
 
 from __future__ import annotations
 
 import importlib.util
 import sys
+import threading
 from typing import Any
 
 from agl.capture.tracing.context import add_agent_resolver, remove_agent_resolver
@@ -30,6 +41,7 @@ from agl.capture.tracing.context import add_agent_resolver, remove_agent_resolve
 LANGCHAIN_CONFIG = "langchain_core.runnables.config"
 LANGCHAIN_AGENT_KEY = "lc_agent_name"
 LLAMA_INDEX_INSTRUMENTATION = "llama_index_instrumentation"
+BEEAI = "beeai_framework"
 
 
 def langchain_agent() -> tuple[str, str | None] | None:
@@ -96,23 +108,86 @@ class _LlamaIndexAgents:
         return (found.agent, None) if found is not None and found.agent else None
 
 
+class _BeeAIAgents:
+    """The agent of each running BeeAI run (module docstring); made once BeeAI is imported."""
+
+    def __init__(self) -> None:
+        from beeai_framework.agents import BaseAgent
+        from beeai_framework.context import RunContext, storage
+        from beeai_framework.emitter import Emitter, EmitterOptions, EventMeta
+
+        self.storage = storage
+        self.agents: dict[str, str | None] = {}  # run id → its agent, while the run runs
+        _fill_openinference_beeai_table()
+
+        def run_edge(event: EventMeta) -> bool:
+            return event.name in ("start", "finish") and isinstance(event.creator, RunContext)
+
+        def note(_: Any, event: EventMeta) -> None:
+            run = event.creator
+            if not isinstance(run, RunContext):  # run_edge let only runs through: never fail BeeAI's run here
+                return
+            if event.name == "finish":
+                self.agents.pop(run.run_id, None)
+                return
+            instance = run.instance
+            if isinstance(instance, BaseAgent):
+                self.agents[run.run_id] = instance.meta.name or type(instance).__name__
+            else:
+                self.agents[run.run_id] = self.agents.get(run.parent_id) if run.parent_id else None
+
+        # blocking: the run's body (and its LLM calls) starts only once every blocking listener has heard it start
+        self.cleanup = Emitter.root().match(run_edge, note, EmitterOptions(match_nested=True, is_blocking=True))
+
+    def __call__(self) -> tuple[str, str | None] | None:
+        run = self.storage.get(None)
+        name = self.agents.get(run.run_id) if run is not None else None
+        return (name, None) if name else None
+
+
+def _fill_openinference_beeai_table() -> None:
+    """OpenInference's BeeAI instrumentor (0.1.30) fills its table of span writers on first use and marks it filled
+    before filling it (`ProcessorLocator._load`): two runs starting at once in threads, as a worker's rollouts do,
+    can find it half-filled, and the agent of one is then written as a bare span named after its class, with no
+    agent name, and its tools under no agent. Filled here, once, before any rollout's run; a later instrumentor
+    without the table is left alone."""
+    if "openinference.instrumentation.beeai" not in sys.modules:
+        return
+    try:
+        from openinference.instrumentation.beeai.processors.locator import ProcessorLocator
+
+        ProcessorLocator._load()
+    except (ImportError, AttributeError):
+        return
+
+
 _llama_index: _LlamaIndexAgents | None = None
+_beeai: _BeeAIAgents | None = None
+_installing = threading.Lock()  # a worker's rollouts each call agl_otel.instrument(), at once: one of each made
 
 
 def install() -> None:
     """Consult the frameworks' runtime state for the acting agent (where LlamaIndex is installed, its span handler
-    is added to its dispatcher, once)."""
-    global _llama_index
+    is added to its dispatcher, once; where BeeAI is imported, a listener to its root emitter, once)."""
+    global _llama_index, _beeai
     add_agent_resolver(langchain_agent)
-    if _llama_index is None and (
-        LLAMA_INDEX_INSTRUMENTATION in sys.modules or importlib.util.find_spec(LLAMA_INDEX_INSTRUMENTATION) is not None
-    ):
-        _llama_index = _LlamaIndexAgents()
+    with _installing:
+        if _llama_index is None and (
+            LLAMA_INDEX_INSTRUMENTATION in sys.modules
+            or importlib.util.find_spec(LLAMA_INDEX_INSTRUMENTATION) is not None
+        ):
+            _llama_index = _LlamaIndexAgents()
+        if _beeai is None and BEEAI in sys.modules:
+            _beeai = _BeeAIAgents()
     if _llama_index is not None:
         add_agent_resolver(_llama_index)
+    if _beeai is not None:
+        add_agent_resolver(_beeai)
 
 
 def uninstall() -> None:
     remove_agent_resolver(langchain_agent)
     if _llama_index is not None:
         remove_agent_resolver(_llama_index)
+    if _beeai is not None:
+        remove_agent_resolver(_beeai)

@@ -25,9 +25,9 @@ import httpx
 from agl.capture.answer_caches import turn_off_answer_caches
 from agl.capture.decorator import RolloutFunction, as_rollout_function
 from agl.capture.llm import LLM
+from agl.capture.sampling_warning import warn_untrainable_sampling
 from agl.capture.tracing import http_inject
 from agl.capture.tracing.context import RolloutContext, reset_rollout, set_rollout
-from agl.capture.sampling_warning import warn_untrainable_sampling
 from agl.capture.unnamed_calls import warn_unnamed_calls
 from agl.client import AglHTTPError, AsyncClient, Conflict, NotFound, server_url_from_env
 from agl.common import failure

@@ -19,8 +19,9 @@ FRAMEWORK_FIXES = {
     ' name="writer")` (or `create_react_agent(..., name=...)`).',
     "dspy": 'DSPy modules carry no agent name: run each module under its name (`with agl.agent("judge"):`, or'
     ' OpenInference\'s `using_metadata({"agent_name": "judge"})`), a ChainOfThought judge as much as a ReAct agent.',
-    "beeai_framework": "BeeAI names its agents only when their spans end, after their calls: run each agent under"
-    ' `with agl.agent("name"):`.',
+    "beeai_framework": "BeeAI's agents are named from its run contexts once `agl_otel.instrument()` has run in the"
+    " rollout with BeeAI imported (OpenInference writes BeeAI's spans only after the calls); give each agent its"
+    ' name (`RequirementAgent(name="solver", ...)`), or run it under `with agl.agent("solver"):`.',
 }
 
 _warned: set[str] = set()

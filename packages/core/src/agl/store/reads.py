@@ -14,13 +14,13 @@ from agl.common.gc_pause import gc_paused
 from agl.common.packed import floats_array, ids_array
 from agl.common.trainable import CALL_COLUMNS, TrainableCall, TrainableRollout, call_from_columns
 from agl.schema import (
+    SAMPLING_REASON_PREFIX,
     Attempt,
     AttemptStatus,
     Attribution,
     LLMCall,
     ModelVersion,
     Reward,
-    SAMPLING_REASON_PREFIX,
     Rollout,
     RolloutDetail,
     RolloutStatus,
