@@ -78,3 +78,26 @@ def test_a_handoff_stores_each_call_under_its_agent_through_a_real_worker(
     assert stats.dropped_calls["agent not selected"] == 4
     log = (tmp_path / "worker-0.log").read_text()
     assert "without an agent name" not in log, log
+
+
+def test_an_app_that_instruments_before_importing_beeai_gets_its_reader_at_the_next_instrument(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """`agl_otel.instrument()` at start-up, BeeAI imported later: the first call cannot listen to BeeAI's runs yet,
+    and a later call (the one in the rollout function) must not return early as "already instrumented"."""
+    import sys
+
+    import agl_otel
+    from agl_otel import runtime_agents
+
+    beeai = sys.modules["beeai_framework"]
+    monkeypatch.setattr(runtime_agents, "_beeai", None)
+    monkeypatch.delitem(sys.modules, "beeai_framework")  # not imported yet
+    agl_otel.instrument()
+    assert runtime_agents._beeai is None and not runtime_agents.awaited()
+    monkeypatch.setitem(sys.modules, "beeai_framework", beeai)  # the app imports BeeAI
+    assert runtime_agents.awaited()
+    agl_otel.instrument()
+    reader = runtime_agents._beeai
+    assert reader is not None and not runtime_agents.awaited()
+    reader.cleanup()  # its listener leaves BeeAI's root emitter with the test

@@ -85,7 +85,7 @@ class OTelInstrumentor(Instrumentor):
             self.processor.enabled = False
 
     def _in_place(self) -> bool:
-        return self.processor is not None and self.processor.enabled
+        return self.processor is not None and self.processor.enabled and not runtime_agents.awaited()
 
     def add_to(self, provider: TracerProvider) -> None:
         """Add agl's processor to `provider` (once, however often asked)."""

@@ -19,14 +19,14 @@ OpenInference's BeeAI instrumentor (0.1.30) goes further: it writes no span at a
 has finished. BeeAI keeps the running `RunContext` in a context variable (`beeai_framework.context.storage`), and
 every run's start and finish reach its root emitter with the run's id and its parent's:
 
-- BeeAI: a listener on the root emitter (`Emitter.root().match`, as the instrumentor listens) that gives each run
+- BeeAI: a listener on the root emitter (`Emitter.root().on`, as the instrumentor listens) that gives each run
   the agent it belongs to: the run's own instance when that is an agent (`BaseAgent`, named by `meta.name`: a
   `RequirementAgent(name=...)`, else its class name), else its parent run's; a `HandoffTool`'s target runs under
   the tool, so its calls are its own. A call's agent is that of the run in the context variable (the chat model's).
 
 All three read state the frameworks keep anyway; of a framework the app did not import, agl imports at most
 LlamaIndex's small instrumentation package, where it is installed (its dispatcher must hear of an agent's step when
-it starts). BeeAI's listener is added when BeeAI is imported by the time `agl_otel.instrument()` runs.
+it starts). BeeAI's listener is added by the first `agl_otel.instrument()` that runs with BeeAI imported.
 """
 
 from __future__ import annotations
@@ -137,7 +137,7 @@ class _BeeAIAgents:
                 self.agents[run.run_id] = self.agents.get(run.parent_id) if run.parent_id else None
 
         # blocking: the run's body (and its LLM calls) starts only once every blocking listener has heard it start
-        self.cleanup = Emitter.root().match(run_edge, note, EmitterOptions(match_nested=True, is_blocking=True))
+        self.cleanup = Emitter.root().on(run_edge, note, EmitterOptions(match_nested=True, is_blocking=True))
 
     def __call__(self) -> tuple[str, str | None] | None:
         run = self.storage.get(None)
@@ -183,6 +183,12 @@ def install() -> None:
         add_agent_resolver(_llama_index)
     if _beeai is not None:
         add_agent_resolver(_beeai)
+
+
+def awaited() -> bool:
+    """Whether a framework imported since `install()` still waits for its reader (BeeAI, imported after an
+    `agl_otel.instrument()` at start-up): the next `instrument()` then installs again instead of returning."""
+    return _beeai is None and BEEAI in sys.modules
 
 
 def uninstall() -> None:
