@@ -137,7 +137,7 @@ def test_an_integer_past_64_bits_in_tool_arguments_is_kept(served: Served) -> No
 def test_an_answer_that_cannot_be_translated_is_a_502_and_its_call_not_trainable(
     served: Served, api: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    def broken(answer: dict[str, Any], request: dict[str, Any]) -> dict[str, Any]:
+    def broken(answer: dict[str, Any], request: dict[str, Any], answer_id: str | None = None) -> dict[str, Any]:
         raise RecursionError("maximum recursion depth exceeded while decoding a JSON array")
 
     monkeypatch.setattr(anthropic_messages if api == "messages" else responses, "from_chat", broken)
@@ -158,7 +158,7 @@ def test_an_answer_that_cannot_be_translated_is_a_502_and_its_call_not_trainable
 def test_with_an_sdks_retries_no_untranslatable_answer_is_stored_trainable(
     served: Served, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    def broken(answer: dict[str, Any], request: dict[str, Any]) -> dict[str, Any]:
+    def broken(answer: dict[str, Any], request: dict[str, Any], answer_id: str | None = None) -> dict[str, Any]:
         raise ValueError("no")
 
     monkeypatch.setattr(anthropic_messages, "from_chat", broken)

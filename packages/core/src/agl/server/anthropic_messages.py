@@ -210,9 +210,11 @@ def _stop(finish_reason: Any, vllm_stop: Any, request: dict[str, Any]) -> tuple[
     return stop_reason, None
 
 
-def _message(request: dict[str, Any], model: Any, content: list[dict[str, Any]], usage: Any) -> dict[str, Any]:
+def _message(
+    request: dict[str, Any], answer_id: str | None, model: Any, content: list[dict[str, Any]], usage: Any
+) -> dict[str, Any]:
     return {
-        "id": _new_id("msg"),
+        "id": answer_id or _new_id("msg"),
         "type": "message",
         "role": "assistant",
         "model": model if isinstance(model, str) and model else str(request.get("model") or ""),
@@ -226,8 +228,9 @@ def _message(request: dict[str, Any], model: Any, content: list[dict[str, Any]],
     }
 
 
-def from_chat(answer: dict[str, Any], request: dict[str, Any]) -> dict[str, Any]:
-    """The Messages object of a chat-completions answer to the request `to_chat` made of `request`."""
+def from_chat(answer: dict[str, Any], request: dict[str, Any], answer_id: str | None = None) -> dict[str, Any]:
+    """The Messages object of a chat-completions answer to the request `to_chat` made of `request` (with the id
+    `answer_id`, else a new one)."""
     choice = first_choice(answer)
     message = obj(choice.get("message"))
     content: list[dict[str, Any]] = []
@@ -245,7 +248,7 @@ def from_chat(answer: dict[str, Any], request: dict[str, Any]) -> dict[str, Any]
                 "input": tool_input(fn.get("arguments")),
             }
         )
-    result = _message(request, answer.get("model"), content, answer.get("usage"))
+    result = _message(request, answer_id, answer.get("model"), content, answer.get("usage"))
     result["stop_reason"], result["stop_sequence"] = _stop(
         choice.get("finish_reason"), choice.get("stop_reason"), request
     )
@@ -283,8 +286,9 @@ class MessagesStream:
     `input_json_delta`s once they open a JSON object; any other arguments are sent whole, as `tool_input` reads them,
     when the block ends (a client rebuilds the input from the deltas, and must be able to parse them)."""
 
-    def __init__(self, request: dict[str, Any]) -> None:
+    def __init__(self, request: dict[str, Any], answer_id: str | None = None) -> None:
         self.request = request
+        self.answer_id = answer_id  # as `from_chat`'s
         self.message: dict[str, Any] | None = None  # message_start's object, then the message as it grows
         self.finished = False
         self._open: int | None = None  # the content block not yet stopped
@@ -305,7 +309,7 @@ class MessagesStream:
         out: list[bytes] = []
         if self.message is None:
             ids = chunk.get("prompt_token_ids")
-            self.message = _message(self.request, chunk.get("model"), [], None)
+            self.message = _message(self.request, self.answer_id, chunk.get("model"), [], None)
             self.message["usage"]["input_tokens"] = len(ids) if isinstance(ids, list) else 0
             out.append(_event("message_start", message={**self.message, "content": []}))
         if isinstance(chunk.get("usage"), dict):

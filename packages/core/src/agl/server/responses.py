@@ -48,10 +48,6 @@ def _new_id(prefix: str) -> str:
     return f"{prefix}_{uuid.uuid4().hex}"
 
 
-# the id the answer is to carry, put in the request the translation reads by the route (never sent or echoed)
-RESPONSE_ID = "_agl_response_id"
-
-
 def response_id(attempt_id: str, seq: int) -> str:
     """The id of the answer to an attempt's call `seq`: what a later `previous_response_id` names."""
     return f"resp_{seq}_{attempt_id}"
@@ -236,11 +232,17 @@ def _output_items(message: dict[str, Any]) -> list[dict[str, Any]]:
 
 
 def _response(
-    request: dict[str, Any], model: Any, created: Any, output: list[dict[str, Any]], usage: Any, cut: bool
+    request: dict[str, Any],
+    answer_id: str | None,
+    model: Any,
+    created: Any,
+    output: list[dict[str, Any]],
+    usage: Any,
+    cut: bool,
 ) -> dict[str, Any]:
     prompt_tokens, completion_tokens = usage_tokens(usage, "prompt_tokens"), usage_tokens(usage, "completion_tokens")
     return {
-        "id": request.get(RESPONSE_ID) or _new_id("resp"),
+        "id": answer_id or _new_id("resp"),
         "object": "response",
         "created_at": _created(created),
         "status": "incomplete" if cut else "completed",
@@ -268,13 +270,20 @@ def _response(
     }
 
 
-def from_chat(answer: dict[str, Any], request: dict[str, Any]) -> dict[str, Any]:
-    """The Responses object of a chat-completions answer to the request `to_chat` made of `request`."""
+def from_chat(answer: dict[str, Any], request: dict[str, Any], answer_id: str | None = None) -> dict[str, Any]:
+    """The Responses object of a chat-completions answer to the request `to_chat` made of `request`, with the id
+    `answer_id` (`response_id`: a later turn may continue from it), else a new one."""
     choice = first_choice(answer)
     message = obj(choice.get("message"))
     cut = choice.get("finish_reason") == "length"
     return _response(
-        request, answer.get("model"), answer.get("created"), _output_items(message), answer.get("usage"), cut
+        request,
+        answer_id,
+        answer.get("model"),
+        answer.get("created"),
+        _output_items(message),
+        answer.get("usage"),
+        cut,
     )
 
 
@@ -338,8 +347,9 @@ class ResponsesStream:
     """Translates a chat stream's chunks, as they come, into the Responses events they mean (the sequence
     `stream_events` gives for the finished response, with a delta per chunk)."""
 
-    def __init__(self, request: dict[str, Any]) -> None:
+    def __init__(self, request: dict[str, Any], answer_id: str | None = None) -> None:
         self.request = request
+        self.answer_id = answer_id  # as `from_chat`'s
         self.response: dict[str, Any] | None = None  # response.created's object; the finished one at the end
         self.finished = False
         self.unreceived: str | None = None  # the arguments pass on as text: an agent receives what the model wrote
@@ -355,7 +365,9 @@ class ResponsesStream:
     def chunk(self, chunk: dict[str, Any]) -> list[bytes]:
         out: list[bytes] = []
         if self.response is None:
-            self.response = _response(self.request, chunk.get("model"), chunk.get("created"), [], None, False)
+            self.response = _response(
+                self.request, self.answer_id, chunk.get("model"), chunk.get("created"), [], None, False
+            )
             opening = {**self.response, "status": "in_progress", "usage": None}
             out += [
                 self._event("response.created", response=opening),
@@ -424,6 +436,7 @@ class ResponsesStream:
         self.finished = True
         final = _response(
             self.request,
+            self.answer_id,
             self.response["model"],
             self.response["created_at"],
             self._output,

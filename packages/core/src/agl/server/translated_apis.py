@@ -125,8 +125,9 @@ class StreamTranslator(Protocol):
 class TranslatedAPI:
     route: str
     parse: Callable[[bytes], tuple[dict[str, Any], dict[str, Any]] | str]
-    back: Callable[[dict[str, Any], dict[str, Any]], dict[str, Any]]
-    stream: Callable[[dict[str, Any]], StreamTranslator]
+    # (chat answer, the API's request, the answer's id or None: a new one) → the API's answer
+    back: Callable[[dict[str, Any], dict[str, Any], str | None], dict[str, Any]]
+    stream: Callable[[dict[str, Any], str | None], StreamTranslator]
     refuse: Callable[[int, str], Response]
 
 
@@ -167,10 +168,13 @@ def openai_refusal(status: int, message: str) -> Response:
 
 
 def _answer_bytes(
-    back: Callable[[dict[str, Any], dict[str, Any]], dict[str, Any]], body: dict[str, Any], raw: bytes
+    back: Callable[[dict[str, Any], dict[str, Any], str | None], dict[str, Any]],
+    body: dict[str, Any],
+    answer_id: str | None,
+    raw: bytes,
 ) -> bytes:
     """The chat answer `raw` translated back and written (a large one on a worker thread: `off_loop_if_large`)."""
-    result = back(orjson.loads(raw), body)
+    result = back(orjson.loads(raw), body, answer_id)
     try:
         return orjson.dumps(result)
     except orjson.JSONEncodeError:  # what orjson does not write (an integer past 64 bits in tool arguments)
@@ -217,18 +221,19 @@ async def _translated(
     if answer.status_code != 200:
         return _reenveloped(answer, api.refuse) if api.route == "messages" else answer
     headers = {k: v for k, v in answer.headers.items() if k == attr.HEADER_LLM_SEQ}
+    answer_id = None  # the API's own new id
     if api.route == "responses":  # the answer's id names this call: a later turn may continue from it
         seq = answer.rec.seq if isinstance(answer, RelayResponse) else headers.get(attr.HEADER_LLM_SEQ)
         if seq is not None:
-            body = {**body, responses_api.RESPONSE_ID: responses_api.response_id(attempt_id, int(seq))}
+            answer_id = responses_api.response_id(attempt_id, int(seq))
     if isinstance(answer, RelayResponse):
         # the proxy's own streamed response, so its record still learns when the agent hangs up; only its bytes
         # are translated on their way out
         relayed = cast(AsyncGenerator[bytes, None], answer.body_iterator)  # the proxy's relay, an async generator
-        answer.body_iterator = _translated_stream(proxy, answer.rec, relayed, api.stream(body))
+        answer.body_iterator = _translated_stream(proxy, answer.rec, relayed, api.stream(body, answer_id))
         return answer
     try:
-        translated = await off_loop_if_large(partial(_answer_bytes, api.back, body), bytes(answer.body))
+        translated = await off_loop_if_large(partial(_answer_bytes, api.back, body, answer_id), bytes(answer.body))
     except Exception as exc:
         # the call is stored as answered, but this agent gets no answer from it: not a sample of its policy
         why = f"the model server's answer could not be translated to the {api.route} API: {type(exc).__name__}: {exc}"
