@@ -29,6 +29,7 @@ from agl.schema import RolloutDetail
 from agl_bench.results import read_outcome
 from agl_bench.task import BenchTask
 from agl_trainer.run.waiting import wait_for_rollouts
+from agl_trainer.run.worker_pool import LocalWorkers
 
 EMBEDDED = ("embedded", "bundled")
 
@@ -180,7 +181,7 @@ def run_eval(cfg: EvalConfig, console: Console | None = None) -> EvalReport:
             label=f"{cfg.task.name} {cfg.split}",
             console=console,
             stall_s=cfg.rollout_timeout_s * cfg.max_attempts + cfg.stall_margin_s,
-            workers=workers,
+            workers=LocalWorkers(workers),
             logs=logs,
         )
         details = client.rollout_details(ids)

@@ -29,7 +29,6 @@ from __future__ import annotations
 
 import contextlib
 import json
-import subprocess
 import time
 from collections import Counter
 from collections.abc import Callable, Sequence
@@ -41,7 +40,7 @@ from typing import Any, cast
 from rich.console import Console
 
 from agl.client import Client
-from agl.common.processes import ServerProcess, start_server, stop_processes
+from agl.common.processes import ServerProcess, start_server
 from agl.learn.air import DEFAULT_RULES, AirRule
 from agl.learn.selection import AgentSelection
 from agl.schema import ModelVersionIn
@@ -82,7 +81,7 @@ from agl_trainer.run.step_transitions import (
     step_transitions,
     write_transitions,
 )
-from agl_trainer.run.worker_pool import cluster_host, start_rollout_workers, write_secret
+from agl_trainer.run.worker_pool import LocalWorkers, WorkerPool, cluster_host, start_rollout_workers, write_secret
 from agl_trainer.tracking.metrics import MetricsLog
 from agl_trainer.tracking.trackers import open_trackers
 
@@ -128,7 +127,7 @@ class TrainingRun:
         # a task's own AIR rules (a benchmark's SQL errors, empty retrievals) replace agl's defaults when given
         self.rules: Sequence[AirRule] = (DEFAULT_RULES if air_rules is None else tuple(air_rules)) if config.air else ()
         # the rollout workers: local processes, or the Ray workers' pool (agl_trainer.run.worker_pool)
-        self.workers: list[subprocess.Popen[bytes]] | Any = []
+        self.workers: WorkerPool = LocalWorkers([])
         self.checkpoint_root = Path(config.checkpoint_dir) if config.checkpoint_dir else self.run_dir / "checkpoints"
         self.t0 = time.monotonic()
         self.version_steps: dict[int, int] = {}  # each published model version → the step whose rollouts it served
@@ -178,7 +177,7 @@ class TrainingRun:
         )
         stack.callback(self.server.stop)
         self.workers = start_rollout_workers(cfg, self.server.url, operator, self.run_dir / "logs", self.console)
-        stack.callback(self._stop_workers)
+        stack.callback(self.workers.stop)  # local processes, or the Ray workers on every node
         self.client = stack.enter_context(Client(self.server.url, token=operator or admin_token))
         if self.fleet is not None:  # a server that stops leaves the proxy's rotation; the run goes on with the rest
             self.fleet.on_lost.append(self.client.remove_engine)
@@ -222,12 +221,6 @@ class TrainingRun:
             ModelVersionIn(name=f"step-{step}", metadata={"step": step, **metadata}, **routing)
         )
         self.version_steps[published.version] = step
-
-    def _stop_workers(self) -> None:
-        if isinstance(self.workers, list):
-            stop_processes(self.workers)
-        else:
-            self.workers.stop()  # the Ray workers: every one stopped, on every node
 
     # ----------------------------------------------------------------------------------- steps
 

@@ -4,7 +4,6 @@ and read back as training sees them (final attempts, packed token ids, with AIR'
 from __future__ import annotations
 
 import random
-import subprocess
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -17,6 +16,7 @@ from agl.learn.air import AirRule, air_rewards, with_rewards_added
 from agl.schema import Rollout
 from agl_trainer.config import TrainConfig
 from agl_trainer.run.waiting import wait_for_rollouts
+from agl_trainer.run.worker_pool import WorkerPool
 
 
 def tasks_for_step(tasks: Sequence[Any], per_step: int, seed: int, step: int) -> list[Any]:
@@ -37,7 +37,7 @@ class RolloutQueue:
         config: TrainConfig,
         *,
         rules: Sequence[AirRule],
-        workers: Sequence[subprocess.Popen[bytes]],
+        workers: WorkerPool,
         logs: Path,
         console: Console,
     ) -> None:

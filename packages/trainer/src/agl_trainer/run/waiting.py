@@ -2,17 +2,16 @@
 
 from __future__ import annotations
 
-import subprocess
 import time
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
 
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from agl.client import Client
 from agl.schema import Rollout
+from agl_trainer.run.worker_pool import WorkerPool
 
 
 def wait_for_rollouts(
@@ -22,7 +21,7 @@ def wait_for_rollouts(
     label: str,
     console: Console,
     stall_s: float,
-    workers: Sequence[subprocess.Popen[bytes]] | Any,
+    workers: WorkerPool,
     logs: Path,
 ) -> list[Rollout]:
     """The rollouts once all have finished. A long batch is fine (each rollout has its own time limit, which the
@@ -39,7 +38,7 @@ def wait_for_rollouts(
                 return rollouts
             if finished > done:
                 done, last_progress = finished, time.monotonic()
-            if _all_gone(workers):
+            if workers.all_gone():
                 raise RuntimeError(f"every worker process exited; see {logs}")
             if time.monotonic() - last_progress > stall_s:
                 raise RuntimeError(
@@ -47,11 +46,3 @@ def wait_for_rollouts(
                     "are in the run's store"
                 )
             time.sleep(0.25)
-
-
-def _all_gone(workers: Sequence[subprocess.Popen[bytes]] | Any) -> bool:
-    """Whether no worker is left: every local process exited, or every Ray worker lost for good (`all_gone`)."""
-    gone = getattr(workers, "all_gone", None)
-    if gone is not None:
-        return bool(gone())
-    return all(w.poll() is not None for w in workers)

@@ -8,13 +8,39 @@ from __future__ import annotations
 
 import secrets
 import subprocess
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Protocol
 
 from rich.console import Console
 
-from agl.common.processes import start_worker
+from agl.common.processes import start_worker, stop_processes
 from agl_trainer.config import TrainConfig
+
+
+class WorkerPool(Protocol):
+    """What a run asks of its workers wherever they run (`LocalWorkers`, agl.capture.ray_workers.RayWorkers)."""
+
+    def all_gone(self) -> bool:
+        """Whether no worker is left for good: the run's wait gives up then."""
+        ...
+
+    def stop(self) -> None:
+        """Every worker stopped, nothing of them left running."""
+        ...
+
+
+@dataclass
+class LocalWorkers:
+    """`agl worker` processes on this machine."""
+
+    procs: list[subprocess.Popen[bytes]]
+
+    def all_gone(self) -> bool:
+        return all(proc.poll() is not None for proc in self.procs)
+
+    def stop(self) -> None:
+        stop_processes(self.procs)
 
 
 def write_secret(path: Path) -> str:
@@ -40,8 +66,8 @@ def cluster_host(config: TrainConfig) -> str | None:
 
 def start_rollout_workers(
     config: TrainConfig, server_url: str, token: str | None, logs: Path, console: Console
-) -> list[subprocess.Popen[bytes]] | Any:
-    """The run's workers (the module's docstring): a list of local processes, or the Ray workers' pool."""
+) -> WorkerPool:
+    """The run's workers (the module's docstring): local processes, or the Ray workers' pool."""
     if config.rollout_workers:
         from agl.capture.ray_workers import RayWorkers, worker_argv
 
@@ -53,7 +79,9 @@ def start_rollout_workers(
             log_dir=logs,
             say=lambda line: console.print(f"  rollout workers: {line}", style="dim"),
         )
-    return [
-        start_worker(config.agent, server_url, concurrency=config.concurrency, log_path=logs / f"worker-{i}.log")
-        for i in range(config.workers)
-    ]
+    return LocalWorkers(
+        [
+            start_worker(config.agent, server_url, concurrency=config.concurrency, log_path=logs / f"worker-{i}.log")
+            for i in range(config.workers)
+        ]
+    )
