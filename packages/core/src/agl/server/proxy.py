@@ -39,7 +39,15 @@ from agl.server.call_record import (
 )
 from agl.server.engines import Engine, EngineRouter
 from agl.server.errors import openai_error as openai_error  # where the routes find it
-from agl.server.relay import BadAnswer, RelayResponse, error_message, hung_up, read_capped, take_event
+from agl.server.relay import (
+    AnsweredResponse,
+    BadAnswer,
+    RelayResponse,
+    error_message,
+    hung_up,
+    read_capped,
+    take_event,
+)
 from agl.server.request_cost import OFF_LOOP_BYTES
 from agl.server.run_sampling import RunSampling
 from agl.server.upstream_config import UpstreamConfig as UpstreamConfig  # where every caller finds it
@@ -476,7 +484,7 @@ class LLMProxy:
         await self._stored(rec, stream=False)
         if rec.strip_logprobs:
             content = orjson.dumps(without_logprobs(parsed))
-        return Response(content, status_code=status, media_type="application/json", headers=seq_header)
+        return AnsweredResponse(content, parsed, status_code=status, media_type="application/json", headers=seq_header)
 
     async def _stream(self, rec: CallRecord, seq_header: dict[str, str]) -> Response:
         try:

@@ -10,13 +10,22 @@ from typing import Any
 import aiohttp
 import orjson
 from starlette.requests import ClientDisconnect, Request
-from starlette.responses import StreamingResponse
+from starlette.responses import Response, StreamingResponse
 
 from agl.server.call_record import MALFORMED, CallRecord
 
 
 class BadAnswer(Exception):
     """The upstream's answer cannot be used (too large, a redirect, malformed): a 502 to the agent, stored."""
+
+
+class AnsweredResponse(Response):
+    """A whole answer the backend gave, with what the proxy parsed of it (`answer`): a translated route translates
+    that instead of parsing the bytes a second time (a large answer's parse holds the interpreter)."""
+
+    def __init__(self, content: bytes, answer: dict[str, Any], **kwargs: Any) -> None:
+        super().__init__(content, **kwargs)
+        self.answer = answer
 
 
 class RelayResponse(StreamingResponse):

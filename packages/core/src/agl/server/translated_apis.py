@@ -32,7 +32,7 @@ from agl.server.call_record import (
     request_problem,
 )
 from agl.server.proxy import LLMProxy, openai_error
-from agl.server.relay import RelayResponse, error_message
+from agl.server.relay import AnsweredResponse, RelayResponse, error_message
 from agl.server.request_cost import (
     MAX_REQUEST_STRUCTURES,
     OFF_LOOP_BYTES,
@@ -171,10 +171,12 @@ def _answer_bytes(
     back: Callable[[dict[str, Any], dict[str, Any], str | None], dict[str, Any]],
     body: dict[str, Any],
     answer_id: str | None,
+    parsed: dict[str, Any] | None,
     raw: bytes,
 ) -> bytes:
-    """The chat answer `raw` translated back and written (a large one on a worker thread: `off_loop_if_large`)."""
-    result = back(orjson.loads(raw), body, answer_id)
+    """The chat answer `raw` (`parsed`, where the proxy parsed it already) translated back and written (a large one
+    on a worker thread: `off_loop_if_large`)."""
+    result = back(orjson.loads(raw) if parsed is None else parsed, body, answer_id)
     try:
         return orjson.dumps(result)
     except orjson.JSONEncodeError:  # what orjson does not write (an integer past 64 bits in tool arguments)
@@ -233,7 +235,9 @@ async def _translated(
         answer.body_iterator = _translated_stream(proxy, answer.rec, relayed, api.stream(body, answer_id))
         return answer
     try:
-        translated = await off_loop_if_large(partial(_answer_bytes, api.back, body, answer_id), bytes(answer.body))
+        given = answer.answer if isinstance(answer, AnsweredResponse) else None  # the proxy's parse, not a second
+        back = partial(_answer_bytes, api.back, body, answer_id, given)
+        translated = await off_loop_if_large(back, bytes(answer.body))
     except Exception as exc:
         # the call is stored as answered, but this agent gets no answer from it: not a sample of its policy
         why = f"the model server's answer could not be translated to the {api.route} API: {type(exc).__name__}: {exc}"
