@@ -147,15 +147,12 @@ class RayWorkers:
                 continue
             try:
                 now = ray.get(actor.info.remote(), timeout=600 if first else 60)
-            except (ray.exceptions.GetTimeoutError, ray.exceptions.ActorUnavailableError):
-                # being restarted, its node being declared dead, or a slow node: the next check sees it. Ray says
-                # "temporarily unavailable" (ActorUnavailableError) while it moves an actor off a dead node; that
-                # worker was taken for lost and never counted again, though Ray restarted it
-                continue
-            except ray.exceptions.RayActorError as exc:  # ActorDiedError: its restarts are spent
+            except ray.exceptions.RayActorError as exc:
                 self.lost.add(i)
                 self.say(f"worker {i} is lost for good after {self.restarts[i]} restart(s): {type(exc).__name__}")
                 continue
+            except ray.exceptions.GetTimeoutError:
+                continue  # being restarted (or its node is slow): the next check sees it
             before = self.seen[i]
             if before is not None and (before["pid"], before["node_id"]) != (now["pid"], now["node_id"]):
                 self.restarts[i] += 1

@@ -39,15 +39,7 @@ from agl.server.call_record import (
 )
 from agl.server.engines import Engine, EngineRouter
 from agl.server.errors import openai_error as openai_error  # where the routes find it
-from agl.server.relay import (
-    AnsweredResponse,
-    BadAnswer,
-    RelayResponse,
-    error_message,
-    hung_up,
-    read_capped,
-    take_event,
-)
+from agl.server.relay import AnsweredResponse, BadAnswer, RelayResponse, error_message, hung_up, read_capped, take_event
 from agl.server.request_cost import OFF_LOOP_BYTES
 from agl.server.run_sampling import RunSampling
 from agl.server.upstream_config import UpstreamConfig as UpstreamConfig  # where every caller finds it

@@ -99,20 +99,3 @@ def command_lines() -> list[tuple[int, str]]:
         except OSError:
             continue
     return found
-
-
-def session_of(pid: int) -> int:
-    """The session a process belongs to (`/proc/<pid>/stat`): a node's `ray start` leads its own (`two_nodes`), so
-    every process of the node, workers included, is in it."""
-    return int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[3])
-
-
-def joined_node(address: str) -> int:
-    """The pid of the `ray start` of the node that joined the head at `address`: its session is the node."""
-    (pid,) = [pid for pid, text in command_lines() if " start " in text and f"--address {address} " in text]
-    return pid
-
-
-def kill_node(pid: int) -> None:
-    """Kill a node of `two_nodes` whole, as a machine that dies: every process of its `ray start`'s session."""
-    os.killpg(pid, 9)
