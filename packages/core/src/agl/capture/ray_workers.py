@@ -36,6 +36,10 @@ from typing import Any
 from agl.common.processes import killed_with_parent
 
 CHECK_EVERY_S = 5.0
+# the most the command takes to stop its workers once told to: past it, it exits anyway (its actors end with this
+# driver, each worker process with its actor). CI saw the command hang past 90 s on its way out, twice, beside the
+# test suite; not reproduced alone
+STOP_WITHIN_S = 45.0
 
 
 class WorkerHost:
@@ -260,9 +264,11 @@ def run_on_ray(
     import ray
 
     def interrupted(signum: int, frame: Any) -> None:
+        _exit_within(STOP_WITHIN_S, 0)  # whatever hangs on the way out, the command ends
         raise KeyboardInterrupt  # SIGTERM stops the workers as Ctrl-C does
 
     signal.signal(signal.SIGTERM, interrupted)
+    signal.signal(signal.SIGINT, interrupted)
     runtime_env = {"working_dir": working_dir} if working_dir else None
     ray.init(address=address, runtime_env=runtime_env, log_to_driver=False, configure_logging=False)
     env = {"AGL_TOKEN": token} if token else {}  # in the process's environment, never on a command line
@@ -283,12 +289,27 @@ def run_on_ray(
             time.sleep(CHECK_EVERY_S)
             pool.check()
         say("every worker was lost for good")
+        _exit_within(STOP_WITHIN_S, 1)
         return 1
     except KeyboardInterrupt:
         return 0
     finally:
         pool.stop()
         ray.shutdown()
+
+
+def _exit_within(seconds: float, code: int) -> None:
+    """End this process with `code` in `seconds` unless it has ended by then (a daemon timer: it never delays an
+    exit)."""
+
+    def now() -> None:
+        _say(f"the workers did not stop within {seconds:.0f} s: exiting; their actors end with this command")
+        sys.stderr.flush()
+        os._exit(code)
+
+    timer = threading.Timer(seconds, now)
+    timer.daemon = True
+    timer.start()
 
 
 def _say(line: str) -> None:
