@@ -24,6 +24,7 @@ installed."""
 
 from __future__ import annotations
 
+import faulthandler
 import os
 import subprocess
 import sys
@@ -265,6 +266,9 @@ def run_on_ray(
 
     def interrupted(signum: int, frame: Any) -> None:
         _exit_within(STOP_WITHIN_S, 0)  # whatever hangs on the way out, the command ends
+        # and should Python itself be stuck (a call that holds the interpreter lock), faulthandler's watchdog, a C
+        # thread, prints every thread's stack, which says where, and ends it a little later
+        faulthandler.dump_traceback_later(STOP_WITHIN_S + 10, exit=True)
         raise KeyboardInterrupt  # SIGTERM stops the workers as Ctrl-C does
 
     signal.signal(signal.SIGTERM, interrupted)
